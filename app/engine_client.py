@@ -1,0 +1,137 @@
+"""Talk to the engine through the official OpenAI client: stream a reply and time it.
+
+Nothing here knows about Chainlit, so the integration tests drive exactly the
+code the app uses against a real vLLM.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Optional
+
+import httpx
+import openai
+from openai import AsyncOpenAI
+
+from server.settings import Settings
+
+
+def make_client(settings: Settings) -> AsyncOpenAI:
+    # httpx's read timeout is per socket read, so it bounds the wait for the *next*
+    # token rather than the whole reply: a long answer never times out, a hung engine does.
+    timeout = httpx.Timeout(connect=5.0, read=settings.request_timeout_s, write=10.0, pool=5.0)
+    return AsyncOpenAI(
+        base_url=f"{settings.engine_base_url}/v1",
+        api_key=settings.api_key_value or "not-needed",
+        timeout=timeout,
+        max_retries=0,  # a retried chat request would double-bill the GPU and confuse Stop
+    )
+
+
+@dataclass
+class ReplyStats:
+    """Figures shown under a reply; token counts come from the stream's usage."""
+
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    finish_reason: Optional[str] = None
+
+    @property
+    def ttft_s(self) -> Optional[float]:
+        return None if self.first_token_at is None else self.first_token_at - self.started
+
+    @property
+    def tokens_per_s(self) -> Optional[float]:
+        """Decode speed: reply tokens after the first, over the time after the first."""
+        if not (self.completion_tokens and self.first_token_at and self.finished_at):
+            return None
+        span = self.finished_at - self.first_token_at
+        return (self.completion_tokens - 1) / span if span > 0 and self.completion_tokens > 1 else None
+
+
+async def stream_reply(
+    client: AsyncOpenAI,
+    model: str,
+    messages: list[dict],
+    stats: ReplyStats,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    extra_body: Optional[dict] = None,
+) -> AsyncIterator[str]:
+    """Yield the reply's text pieces as they arrive, filling ``stats`` on the way.
+
+    The stream is used inside ``async with`` so that leaving the loop early (Stop,
+    an error, a cancelled task) closes the HTTP response, which makes vLLM abort
+    the request instead of generating to the end for nobody.
+    """
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=extra_body,  # vLLM's own sampling fields, e.g. ignore_eos for load tests
+    )
+    async with stream:
+        async for chunk in stream:
+            if chunk.usage is not None:
+                stats.prompt_tokens = chunk.usage.prompt_tokens
+                stats.completion_tokens = chunk.usage.completion_tokens
+            for choice in chunk.choices:
+                if choice.finish_reason:
+                    stats.finish_reason = choice.finish_reason
+                text = choice.delta.content if choice.delta else None
+                if text:
+                    if stats.first_token_at is None:
+                        stats.first_token_at = time.perf_counter()
+                    yield text
+    stats.finished_at = time.perf_counter()
+
+
+async def served_model(client: AsyncOpenAI) -> tuple[str, int, str]:
+    """(served name, max_model_len, root path) of the engine's first model."""
+    models = await client.models.list()
+    first = models.data[0]
+    extra = first.model_extra or {}
+    return first.id, int(extra.get("max_model_len") or 0), str(extra.get("root") or "")
+
+
+def error_kind(exc: BaseException) -> str:
+    """Sort an exception from the client into the cases the chat explains differently."""
+    if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
+        return "timeout"
+    if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
+        return "unreachable"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return "loading" if exc.response.status_code == 503 else "engine_error"
+    if isinstance(exc, openai.AuthenticationError):
+        return "auth"
+    if isinstance(exc, openai.BadRequestError):
+        return "too_long" if "maximum context length" in str(exc) else "bad_request"
+    if isinstance(exc, openai.NotFoundError):
+        return "model_missing"
+    if isinstance(exc, openai.APIStatusError) and exc.status_code == 503:
+        return "loading"
+    if isinstance(exc, openai.APIError):
+        return "engine_error"
+    return "internal"
+
+
+async def count_tokens(http: httpx.AsyncClient, base_url: str, model: str,
+                       messages: list[dict], api_key: Optional[str] = None) -> int:
+    """Exact prompt length: vLLM's /tokenize applies the model's own chat template."""
+    response = await http.post(
+        f"{base_url}/tokenize",
+        json={"model": model, "messages": messages, "add_generation_prompt": True},
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+    )
+    response.raise_for_status()
+    return int(response.json()["count"])

@@ -1,0 +1,35 @@
+"""Group streamed tokens into a few websocket frames per second.
+
+One Chainlit frame per token makes the browser re-render thousands of times:
+in a measurement (FACTS.md) batching every 30-50 ms cut 5,000 tokens from 2.45 s
+to 1.03 s. 40 ms is below what a reader perceives as stutter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Awaitable, Callable
+
+FLUSH_EVERY_S = 0.04
+
+
+class TokenBatcher:
+    def __init__(self, send: Callable[[str], Awaitable[None]], every_s: float = FLUSH_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self._send, self._every_s, self._clock = send, every_s, clock
+        self._pending: list[str] = []
+        self._last_flush = clock()
+        self.text = ""  # everything sent so far: what a stopped reply keeps
+
+    async def add(self, token: str) -> None:
+        self._pending.append(token)
+        if self._clock() - self._last_flush >= self._every_s:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._pending:
+            chunk = "".join(self._pending)
+            self._pending.clear()
+            self.text += chunk
+            await self._send(chunk)
+        self._last_flush = self._clock()

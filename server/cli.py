@@ -1,0 +1,115 @@
+"""``ernie-chat``: the project's command line (``./scripts/ernie-chat ARGS``).
+
+Each subcommand is one small function over the modules that do the work; the
+parser only maps flags onto their arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from server.settings import SettingsError, load_settings
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from server import supervisor
+    return supervisor.run(load_settings())
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from server import doctor
+    from server.vllm_log import read_tail
+    path = Path(args.log) if args.log else load_settings().log_file
+    if not path.exists():
+        print(f"No log at {path}: start the stack once (./scripts/up) or pass --log FILE.")
+        return 2
+    findings = doctor.diagnose(read_tail(path), since_last_start=not args.all)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    elif findings:
+        print(f"{len(findings)} problem(s) found in {path}:\n")
+        print("\n\n".join(f.render() for f in findings))
+    else:
+        print(f"No known problem found in {path}.")
+    return 1 if findings else 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from server import plan_report
+    from server.model_config import ModelConfigNotFound
+    try:
+        return plan_report.print_plan(args, load_settings())
+    except (ModelConfigNotFound, FileNotFoundError, ValueError) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Show the effective settings (secrets masked) and the engine command they give."""
+    from server.device import resolve_device
+    from server.engine_args import engine_command
+    settings = load_settings()
+    shown = settings.model_dump(mode="json")
+    if settings.api_key is not None:
+        shown["api_key"] = "********"
+    print(json.dumps(shown, indent=2, ensure_ascii=False))
+    device = resolve_device(settings)
+    command = engine_command(settings, settings.model, device, "python")
+    print(f"\nvLLM command on {device}:\n  {command.printable()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ernie-chat", description="Self-hosted chat on vLLM: run, plan, diagnose.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("up", help="set up and run the engine and the chat app").set_defaults(func=cmd_up)
+
+    doctor = sub.add_parser("doctor", help="explain failures found in vLLM's log")
+    doctor.add_argument("--log", help="log file (default: ERNIE_LOG_FILE, llm.log)")
+    doctor.add_argument("--all", action="store_true", help="read the whole log, not only the last start")
+    doctor.add_argument("--json", action="store_true", help="print findings as JSON")
+    doctor.set_defaults(func=cmd_doctor)
+
+    plan = sub.add_parser("plan", help="compute the KV cache: pool, concurrency, profiles",
+                          description="KV-cache plan for a model on a device. Defaults come "
+                          "from the settings (ERNIE_*); flags override them.")
+    plan.add_argument("--model", help="local folder or hub id (baidu/ERNIE-4.5-0.3B-PT works offline)")
+    plan.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
+    plan.add_argument("--gpu-memory-gib", type=float, help="plan for a GPU of this size (no GPU needed)")
+    plan.add_argument("--gpu-memory-utilization", type=float)
+    plan.add_argument("--kv-cache-gib", type=float, help="size the KV pool directly")
+    plan.add_argument("--max-model-len", type=int)
+    plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
+    plan.add_argument("--max-num-seqs", type=int)
+    plan.add_argument("--max-num-batched-tokens", type=int)
+    plan.add_argument("--enforce-eager", action="store_true")
+    plan.add_argument("--concurrency", type=int,
+                      help="reverse questions: utilization (or KV GiB) needed for N requests of "
+                           "max-model-len, and the longest max-model-len for N requests")
+    plan.add_argument("--from-usage", nargs="?", const="", metavar="FILE",
+                      help="recommend max-model-len from recorded usage (default ERNIE_USAGE_LOG)")
+    plan.add_argument("--reply-room", type=int, help="tokens kept for the reply (default: p99 reply)")
+    plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    plan.set_defaults(func=cmd_plan)
+
+    sub.add_parser("settings", help="show the effective settings and vLLM command").set_defaults(
+        func=cmd_settings)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

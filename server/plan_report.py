@@ -1,0 +1,164 @@
+"""``ernie-chat plan``: the KV-cache plan for a model on a device, as a table or JSON.
+
+Gathers the inputs (model config, device memory, settings and flags), asks
+:mod:`server.kv_planner` and prints.  The figures are the ones vLLM's log will
+show; the README's "Choosing the memory settings" is made from this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Optional
+
+from server import kv_planner as kp
+from server import preflight
+from server.device import DeviceMemory, read_cpu_memory, read_gpu_memory, resolve_device
+from server.model_config import load_shape
+from server.settings import Settings
+
+GIB = kp.GIB
+WINDOWS = [2048, 4096, 8192, 32768, 131072]
+
+
+def device_memory(args: argparse.Namespace, settings: Settings) -> DeviceMemory:
+    """Given sizes win over measurement, so a plan can be made for a GPU you do not have."""
+    if args.gpu_memory_gib:
+        total = int(args.gpu_memory_gib * GIB)
+        return DeviceMemory("cuda", f"GPU with {args.gpu_memory_gib:g} GiB (given)", total, total)
+    device = args.device or resolve_device(settings)
+    return read_gpu_memory() if device == "cuda" else read_cpu_memory()
+
+
+def build(args: argparse.Namespace, settings: Settings) -> dict:
+    overrides = {k: v for k, v in {
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_gib": args.kv_cache_gib,
+        "max_model_len": args.max_model_len,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "enforce_eager": args.enforce_eager or None,
+    }.items() if v is not None}
+    settings = settings.model_copy(update=overrides)
+    shape, source = load_shape(args.model or settings.model)
+    memory = device_memory(args, settings)
+    plan = preflight.plan_for(settings, shape, memory)
+    block = plan.block_size
+    result = {
+        **plan.as_dict(),  # first: "device" below replaces its bare device kind
+        "model": shape.name, "config_source": source,
+        "shape": {"layers": shape.num_layers, "kv_heads": shape.num_kv_heads,
+                  "head_dim": shape.head_dim, "max_position_embeddings": shape.max_position_embeddings,
+                  "weights_bytes": shape.weights,
+                  "weights_measured": shape.weight_bytes is not None},
+        "device": {"kind": memory.kind, "name": memory.name, "total_bytes": memory.total_bytes,
+                   "free_bytes": memory.free_bytes, "others": list(memory.others)},
+        "gpu_memory_utilization": settings.gpu_memory_utilization if memory.kind == "cuda" else None,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "windows": [{"max_model_len": n, "max_concurrency": kp.max_concurrency(plan.num_blocks, n, block)}
+                    for n in WINDOWS if n <= (shape.max_position_embeddings or n)],
+        "longest_max_model_len": kp.longest_max_model_len(plan.num_blocks, block, 1,
+                                                          shape.max_position_embeddings),
+        "problems": [p.message for p in preflight.check(settings, shape, memory)],
+        "profiles": [p.__dict__ for p in kp.profiles(
+            shape, memory.kind, kv_cache_dtype=settings.kv_cache_dtype,
+            total_bytes=memory.total_bytes, overhead=plan.overhead or kp.gpu_overhead(shape))],
+    }
+    if args.concurrency:
+        result["reverse"] = reverse(args, settings, shape, memory, plan)
+    return result
+
+
+def reverse(args, settings, shape, memory, plan) -> dict:
+    """The two reverse questions: utilization for N requests; longest window for N requests."""
+    block = plan.block_size
+    out = {"concurrency": args.concurrency,
+           "longest_max_model_len": kp.longest_max_model_len(
+               plan.num_blocks, block, args.concurrency, shape.max_position_embeddings)}
+    if memory.kind == "cuda":
+        out["utilization_needed"] = kp.utilization_for(
+            args.concurrency, settings.max_model_len, shape, memory.total_bytes,
+            plan.overhead or kp.gpu_overhead(shape), block, settings.kv_cache_dtype)
+    else:
+        blocks = args.concurrency * kp.blocks_per_request(settings.max_model_len, block)
+        out["kv_cache_gib_needed"] = blocks * kp.bytes_per_block(shape, block, settings.kv_cache_dtype) / GIB
+    return out
+
+
+def render(r: dict) -> str:
+    gib = lambda b: f"{b / GIB:.2f} GiB"
+    s = r["shape"]
+    lines = [
+        f"Model        {r['model']}  ({r['config_source']})",
+        f"             {s['layers']} layers x {s['kv_heads']} KV heads x head_dim {s['head_dim']}, "
+        f"max {s['max_position_embeddings']:,} positions, weights {gib(s['weights_bytes'])}"
+        f"{'' if s['weights_measured'] else ' (estimated from the config)'}",
+        f"KV per token {r['kv_bytes_per_token']:,} B ({r['kv_bytes_per_token'] / 1024:g} KiB, "
+        f"kv dtype {r['kv_cache_dtype']}); block {r['block_size']} tokens",
+        f"Device       {r['device']['kind']}: {r['device']['name']}, {gib(r['device']['total_bytes'])} "
+        f"total, {gib(r['device']['free_bytes'])} free",
+    ]
+    if r.get("overhead"):
+        o = r["overhead"]
+        lines.append(
+            f"Budget       {r['gpu_memory_utilization']} x {gib(r['device']['total_bytes'])} - weights "
+            f"{gib(o['weights'])} - activations {gib(o['activation_peak'])} - non-torch "
+            f"{gib(o['non_torch'])} - CUDA graphs {gib(o['cuda_graphs'])}")
+    lines += [
+        f"KV pool      {gib(r['kv_pool_bytes'])} = {r['num_blocks']:,} blocks = {r['kv_pool_tokens']:,} tokens",
+        f"At max-model-len {r['max_model_len']:,}: {r['max_concurrency']:.1f} requests at once; vLLM will "
+        f"log \"KV cache size: {r['reported_kv_tokens']:,} tokens\"",
+        f"Longest max-model-len for one request: {r['longest_max_model_len']:,}",
+        "",
+        "max-model-len   full-length requests at once",
+    ]
+    lines += [f"{w['max_model_len']:>13,}   {w['max_concurrency']:>10.1f}" for w in r["windows"]]
+    lines += ["", "Profiles computed for this device:",
+              f"  {'profile':<17}{'max-model-len':>14}{'requests':>10}{'KV pool':>12}{'utilization':>13}  purpose"]
+    for p in r["profiles"]:
+        util = f"{p['utilization']:.2f}" if p["utilization"] is not None else "-"
+        lines.append(f"  {p['name']:<17}{p['max_model_len']:>14,}{p['max_concurrency']:>10.1f}"
+                     f"{gib(p['kv_pool_bytes']):>12}{util:>13}  {p['purpose']}")
+    if "reverse" in r:
+        rv = r["reverse"]
+        lines += ["", f"For {rv['concurrency']} requests at once:"]
+        if "utilization_needed" in rv:
+            lines.append(f"  utilization needed at max-model-len {r['max_model_len']:,}: {rv['utilization_needed']:.3f}")
+        if "kv_cache_gib_needed" in rv:
+            lines.append(f"  KV cache needed at max-model-len {r['max_model_len']:,}: {rv['kv_cache_gib_needed']:.2f} GiB")
+        lines.append(f"  longest max-model-len with the current pool: {rv['longest_max_model_len']:,}")
+    if r["problems"]:
+        lines += ["", "Problems with these settings:"] + [f"  - {p}" for p in r["problems"]]
+    return "\n".join(lines)
+
+
+def usage_report(path: Path, block_size: int, reply_room: Optional[int]) -> dict:
+    from server.usage_log import read_usage
+    records, skipped = read_usage(path)
+    if not records:
+        raise ValueError(f"No usable records in {path} ({skipped} unreadable lines). Chat a little first.")
+    advice = kp.advise_from_usage([r["prompt_tokens"] for r in records],
+                                  [r["completion_tokens"] for r in records], block_size, reply_room)
+    return {**advice.__dict__, "skipped_lines": skipped, "file": str(path)}
+
+
+def print_plan(args: argparse.Namespace, settings: Settings) -> int:
+    result = build(args, settings)
+    if args.from_usage is not None:
+        path = Path(args.from_usage) if args.from_usage else settings.usage_log
+        result["from_usage"] = usage_report(path, result["block_size"], args.reply_room)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(render(result))
+    if "from_usage" in result:
+        u = result["from_usage"]
+        skipped = f" ({u['skipped_lines']} unreadable lines skipped)" if u["skipped_lines"] else ""
+        print(f"\nFrom {u['requests']} recorded requests in {u['file']}{skipped}:")
+        print(f"  prompt tokens p50 {u['prompt_p50']:.0f}, p99 {u['prompt_p99']:.0f}; reply p99 "
+              f"{u['completion_p99']:.0f}; room for the reply {u['reply_room']}")
+        print(f"  recommended ERNIE_MAX_MODEL_LEN={u['recommended_max_model_len']} "
+              f"(p99 prompt + reply room, rounded up to the {result['block_size']}-token block)")
+    return 0

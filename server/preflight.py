@@ -1,0 +1,98 @@
+"""Check the memory settings against the model and the device BEFORE vLLM starts.
+
+vLLM finds most of these problems too, but only after a minute or more of
+loading and compiling, and in its own words.  Here each one is found in
+milliseconds and explained with the fix in ERNIE_* settings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from server import kv_planner as kp
+from server.device import DeviceMemory
+from server.engine_args import DEFAULT_CPU_KV_GIB
+from server.settings import Settings
+
+GIB = kp.GIB
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def kv_pool_bytes(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> tuple[int, Optional[kp.GpuOverhead]]:
+    """The KV pool these settings give on this device, and the GPU overhead assumed."""
+    if settings.kv_cache_gib is not None:
+        return int(settings.kv_cache_gib * GIB), None
+    if memory.kind == "cpu":
+        return int(DEFAULT_CPU_KV_GIB * GIB), None
+    overhead = kp.gpu_overhead(
+        shape, enforce_eager=settings.enforce_eager,
+        max_num_batched_tokens=settings.max_num_batched_tokens or kp.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=settings.max_num_seqs or kp.DEFAULT_MAX_NUM_SEQS,
+        tensor_parallel_size=settings.tensor_parallel_size)
+    return kp.gpu_kv_pool_bytes(memory.total_bytes, settings.gpu_memory_utilization, overhead), overhead
+
+
+def plan_for(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> kp.Plan:
+    pool, overhead = kv_pool_bytes(settings, shape, memory)
+    return kp.plan(shape, device=memory.kind, max_model_len=settings.max_model_len,
+                   kv_pool_bytes=pool, kv_cache_dtype=settings.kv_cache_dtype, overhead=overhead)
+
+
+def check(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> list[Problem]:
+    """Every problem found, each with what was wrong and what to set instead."""
+    problems = []
+    util = settings.gpu_memory_utilization
+    if not 0 < util <= 1:
+        problems.append(Problem("utilization_range",
+            f"ERNIE_GPU_MEMORY_UTILIZATION={util} is outside (0, 1]: it is the fraction of the "
+            "GPU's total memory vLLM may use. Use e.g. 0.9."))
+        return problems  # every figure below depends on it
+
+    limit = shape.max_position_embeddings
+    if limit and settings.max_model_len > limit and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
+        problems.append(Problem("above_model_limit",
+            f"ERNIE_MAX_MODEL_LEN={settings.max_model_len} is above the model's "
+            f"max_position_embeddings ({limit}). Set ERNIE_MAX_MODEL_LEN={limit} or less."))
+
+    plan = plan_for(settings, shape, memory)
+    if memory.kind == "cuda" and settings.kv_cache_gib is None:
+        wanted = util * memory.total_bytes
+        if wanted > memory.free_bytes:
+            others = "; ".join(memory.others) or "no other process is visible to NVML"
+            problems.append(Problem("free_below_utilization",
+                f"Utilization {util} asks for {wanted / GIB:.1f} GiB, but only "
+                f"{memory.free_bytes / GIB:.1f} of {memory.total_bytes / GIB:.1f} GiB are free on "
+                f"{memory.name} ({others}). Set ERNIE_GPU_MEMORY_UTILIZATION="
+                f"{int(memory.free_bytes / memory.total_bytes * 100) / 100:.2f} or less, or stop "
+                "the other processes."))
+    elif plan.kv_pool_bytes > memory.free_bytes:
+        problems.append(Problem("free_below_kv_cache",
+            f"The KV cache needs {plan.kv_pool_bytes / GIB:.1f} GiB but only "
+            f"{memory.free_bytes / GIB:.1f} GiB are free on {memory.name}. Lower ERNIE_KV_CACHE_GIB."))
+
+    needed = kp.blocks_per_request(settings.max_model_len, plan.block_size)
+    if plan.num_blocks < needed:
+        fits = kp.longest_max_model_len(plan.num_blocks, plan.block_size)
+        more = "ERNIE_GPU_MEMORY_UTILIZATION" if memory.kind == "cuda" else "ERNIE_KV_CACHE_GIB"
+        problems.append(Problem("request_does_not_fit",
+            f"One request of ERNIE_MAX_MODEL_LEN={settings.max_model_len} tokens needs "
+            f"{needed * plan.block_size * plan.kv_bytes_per_token / GIB:.2f} GiB of KV cache, but "
+            f"the pool is {plan.kv_pool_bytes / GIB:.2f} GiB. The largest that fits is "
+            f"{fits} tokens: set ERNIE_MAX_MODEL_LEN={fits} or less, or raise {more}."))
+    return problems
+
+
+def compare(predicted: int, reported: int) -> str:
+    """'predicted 1,000 / reported 990 tokens (error +1.0%)'."""
+    error = (predicted - reported) / reported * 100 if reported else float("inf")
+    return f"predicted {predicted:,} / reported {reported:,} (error {error:+.1f}%)"

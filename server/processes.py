@@ -1,0 +1,162 @@
+"""Child processes that never outlive the supervisor, and port checks that name the culprit.
+
+Each child runs in its own process group (so one signal reaches vLLM's engine
+core and workers too) and asks the kernel to kill it if the supervisor dies
+(PR_SET_PDEATHSIG), so even ``kill -9`` of the supervisor leaves no engine
+holding the GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int):
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass  # not Linux: process groups still cover clean shutdowns
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+class ManagedProcess:
+    """One child process in its own group, its output appended to a log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, *,
+                 env: Optional[dict] = None, cwd: Optional[Path] = None, marker: str = ""):
+        self.name, self.argv, self.log_path = name, argv, log_path
+        self.env, self.cwd, self.marker = env, cwd, marker
+        self.proc: Optional[subprocess.Popen] = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n{self.marker or '=== ernie-chat: starting ' + self.name} "
+                      f"at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})}, cwd=self.cwd,
+                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+            )
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self.proc.poll() if self.proc else None
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the whole group, then SIGKILL what is left after ``grace_s``."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session makes the child its group's leader
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        # Grandchildren (vLLM's engine core) may outlive the leader: sweep the group.
+        deadline = time.monotonic() + 5
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _signal_group(pgid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group still runs; zombies do not count.
+
+    killpg(pgid, 0) would also see zombies, which linger until their new parent
+    (PID 1) reaps them, so stop() would wait for nothing.
+    """
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
+
+
+# --- ports -----------------------------------------------------------------
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def who_listens(port: int) -> Optional[str]:
+    """'pid 123: python -m http.server' for the process listening on ``port``, if visible."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    if not inodes:
+        return None
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                    return f"pid {pid_dir.name}: {cmd[:120]}"
+        except OSError:
+            continue
+    return None
+
+
+def port_problem(host: str, port: int, setting: str) -> Optional[str]:
+    """None when ``port`` is free, else a message that says who holds it and what to do."""
+    if port_free(host, port):
+        return None
+    holder = who_listens(port)
+    who = f" by {holder}" if holder else ""
+    return (f"Port {port} on {host} ({setting}) is already in use{who}. Stop that program "
+            f"or choose another port, e.g. {setting}={port + 1}.")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,305 @@
+"""Run the whole stack: vLLM's OpenAI server, then the Chainlit app, and keep both up.
+
+Start-up order matters: the app is only useful once the engine answers, so we
+wait for ``/health`` *and* ``/v1/models`` (health turns 200 a moment before the
+model is listed).  After that the loop restarts whichever process dies, with a
+capped exponential backoff, and gives up with the doctor's diagnosis when the
+engine keeps failing.  Ctrl-C or SIGTERM stops both process groups.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import httpx
+
+from server import doctor, preflight, provision
+from server import kv_planner as kp
+from server.device import read_cpu_memory, read_gpu_memory, resolve_device
+from server.engine_args import engine_command
+from server.model_config import load_shape
+from server.model_source import choose_model
+from server.processes import ManagedProcess, port_problem
+from server.progress import StatusLine
+from server.settings import Settings
+from server.vllm_log import parse_kv_report, read_tail
+
+ROOT = provision.ROOT
+BACKOFF_CAP_S = 30.0
+# A process that stayed up this long is healthy again: its restart count resets.
+STABLE_AFTER_S = 120.0
+
+
+class Shutdown(Exception):
+    """Raised in the main thread by SIGTERM, like KeyboardInterrupt is by SIGINT."""
+
+
+class StartupFailed(RuntimeError):
+    pass
+
+
+def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = BACKOFF_CAP_S) -> float:
+    """1, 2, 4, 8 ... seconds, never more than ``cap_s``."""
+    return min(cap_s, base_s * 2 ** max(0, attempt - 1))
+
+
+def auth_headers(api_key: Optional[str]) -> dict:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def probe_engine(base_url: str, api_key: Optional[str], timeout_s: float = 2.0) -> Optional[dict]:
+    """The first entry of /v1/models once the engine is healthy and serving, else None."""
+    try:
+        with httpx.Client(timeout=timeout_s) as client:
+            if client.get(f"{base_url}/health").status_code != 200:
+                return None
+            models = client.get(f"{base_url}/v1/models", headers=auth_headers(api_key))
+            if models.status_code != 200:
+                return None
+            data = models.json().get("data") or []
+            return data[0] if data else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def wait_until(check: Callable[[], object], is_dead: Callable[[], bool], timeout_s: float,
+               status: StatusLine, detail: Callable[[], str]) -> object:
+    """Poll ``check`` until it returns something truthy, the process dies, or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        if is_dead():
+            return None
+        status.update(detail())
+        time.sleep(1.0)
+    return None
+
+
+def _last_log_line(path: Path) -> str:
+    lines = read_tail(path, 20_000)
+    return lines[-1][-120:] if lines else ""
+
+
+@dataclass
+class EngineInfo:
+    model: str
+    is_demo: bool
+    max_model_len: int
+
+
+class Stack:
+    """The engine and app processes of one ``up``."""
+
+    def __init__(self, settings: Settings, root: Path = ROOT, out=print):
+        self.settings, self.root, self.out = settings, root, out
+        self.engine: Optional[ManagedProcess] = None
+        self.app: Optional[ManagedProcess] = None
+        self.info: Optional[EngineInfo] = None
+        self._model_is_demo = False
+        self.plan: Optional[kp.Plan] = None
+
+    @property
+    def log_path(self) -> Path:
+        log = self.settings.log_file
+        return log if log.is_absolute() else self.root / log
+
+    @property
+    def app_log_path(self) -> Path:
+        return self.log_path.with_name("app.log")
+
+    # --- checks before anything starts ------------------------------------
+    def check_ports(self) -> None:
+        s = self.settings
+        wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")]
+        if s.starts_engine:
+            wanted.insert(0, (s.engine_host, s.engine_port, "ERNIE_ENGINE_PORT"))
+        problems = [p for p in (port_problem(*w) for w in wanted) if p]
+        if problems:
+            raise StartupFailed("\n".join(problems))
+
+    # --- the engine --------------------------------------------------------
+    def prepare_engine(self) -> ManagedProcess:
+        s = self.settings
+        device = resolve_device(s)
+        python = provision.ensure_engine_env(s.engine_venv, device, self.root)
+        choice = choose_model(s)
+        self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
+        if choice.is_demo:
+            provision.ensure_demo_model(Path(choice.path), python, self.root)
+        self.plan = self.preflight(choice.path, device)
+        command = engine_command(s, choice.path, device, python)
+        self.out(f"[engine] {device}: {command.printable()}")
+        self._model_is_demo = choice.is_demo
+        return ManagedProcess("engine", command.argv, self.log_path, env=command.env,
+                              cwd=self.root, marker=doctor.START_MARKER)
+
+    def preflight(self, model: str, device: str) -> Optional[kp.Plan]:
+        """Refuse settings that cannot work; return the KV plan to compare with vLLM's."""
+        try:
+            shape, _ = load_shape(model)
+            memory = read_gpu_memory() if device == "cuda" else read_cpu_memory()
+        except Exception as exc:  # no config yet (first download) or no NVML: vLLM will tell
+            self.out(f"[plan] pre-flight checks skipped: {exc}")
+            return None
+        problems = preflight.check(self.settings, shape, memory)
+        if problems:
+            raise StartupFailed("Pre-flight checks failed:\n" + "\n".join(f"  - {p}" for p in problems))
+        return preflight.plan_for(self.settings, shape, memory)
+
+    def start_engine(self) -> EngineInfo:
+        assert self.engine is not None
+        s = self.settings
+        self.engine.start()
+        status = StatusLine("engine")
+        entry = wait_until(
+            lambda: probe_engine(s.engine_base_url, s.api_key_value),
+            lambda: not self.engine.alive(), s.startup_timeout_s, status,
+            lambda: f"starting vLLM (log: {self.log_path.name}) {_last_log_line(self.log_path)}",
+        )
+        if not entry:
+            reason = ("exited with code %s" % self.engine.returncode if not self.engine.alive()
+                      else f"was not ready after {s.startup_timeout_s:.0f} s")
+            status.done(f"vLLM {reason}")
+            self.engine.stop()
+            raise StartupFailed(self.explain_engine_failure(f"vLLM {reason}."))
+        status.done(f"vLLM ready at {s.engine_base_url}")
+        self.info = EngineInfo(entry.get("id", s.served_model_name), self._model_is_demo,
+                               int(entry.get("max_model_len") or s.max_model_len))
+        return self.info
+
+    def explain_engine_failure(self, headline: str) -> str:
+        lines = read_tail(self.log_path)
+        diagnosis = doctor.explain(lines, since_last_start=True)
+        if diagnosis:
+            return f"{headline} Diagnosis from {self.log_path}:\n{diagnosis}"
+        tail = "\n".join("    " + line for line in doctor.last_error_lines(lines))
+        return f"{headline} No known cause found; last lines of {self.log_path}:\n{tail}"
+
+    def report_kv(self) -> None:
+        report = parse_kv_report(read_tail(self.log_path))
+        assert self.info is not None
+        self.out(f"[engine] max-model-len {self.info.max_model_len} tokens")
+        if report.kv_tokens is None:
+            return
+        memory = f" in {report.kv_memory_gib:.2f} GiB" if report.kv_memory_gib else ""
+        self.out(f"[engine] KV cache: {report.kv_tokens:,} tokens{memory}, "
+                 f"{report.max_concurrency:.1f} concurrent requests of max-model-len "
+                 f"(as vLLM reports in {self.log_path.name})")
+        if self.plan is not None:
+            self.out(f"[plan]   KV tokens {preflight.compare(self.plan.reported_kv_tokens, report.kv_tokens)}; "
+                     f"concurrency predicted {self.plan.max_concurrency:.2f}x / reported "
+                     f"{report.max_concurrency:.2f}x")
+
+    # --- the app -----------------------------------------------------------
+    def prepare_app(self) -> ManagedProcess:
+        s = self.settings
+        argv = [sys.executable, "-m", "chainlit", "run", str(self.root / "app" / "app.py"),
+                "--headless", "--host", s.app_host, "--port", str(s.app_port)]
+        # The app gets the supervisor's validated settings, with the engine it started.
+        env = {**s.as_env(), "ERNIE_ENGINE_URL": s.engine_base_url,
+               "CHAINLIT_APP_ROOT": str(self.root)}
+        return ManagedProcess("app", argv, self.app_log_path, env=env, cwd=self.root)
+
+    def start_app(self) -> None:
+        assert self.app is not None
+        self.app.start()
+        status = StatusLine("app")
+        ok = wait_until(lambda: _http_ok(self.settings.app_url), lambda: not self.app.alive(),
+                        120, status, lambda: "starting Chainlit")
+        if not ok:
+            status.done("Chainlit did not start")
+            tail = "\n".join("    " + l for l in read_tail(self.app_log_path)[-10:])
+            raise StartupFailed(f"The Chainlit app did not start; last lines of "
+                                f"{self.app_log_path}:\n{tail}")
+        status.done(f"Chainlit ready at {self.settings.app_url}")
+
+    # --- the whole life cycle ----------------------------------------------
+    def start(self) -> None:
+        self.check_ports()
+        if self.settings.starts_engine:
+            self.engine = self.prepare_engine()
+            self.start_engine()
+            self.report_kv()
+        else:
+            self.out(f"[engine] using the server at {self.settings.engine_url} (not started here)")
+        self.app = self.prepare_app()
+        self.start_app()
+
+    def watch(self) -> str:
+        """Restart whichever process dies; return why, once one cannot be kept up."""
+        failures = {"engine": 0, "app": 0}
+        while True:
+            for proc, restart in ((self.engine, self._restart_engine), (self.app, self.start_app)):
+                if proc is None or proc.alive():
+                    if proc is not None and time.monotonic() - proc.started_at > STABLE_AFTER_S:
+                        failures[proc.name] = 0
+                    continue
+                failures[proc.name] += 1
+                self.out(f"[{proc.name}] exited with code {proc.returncode}")
+                if proc.name == "engine":
+                    self.out(self.explain_engine_failure("The engine stopped."))
+                if failures[proc.name] > self.settings.max_restarts:
+                    return (f"The {proc.name} failed {failures[proc.name]} times in a row; giving "
+                            f"up (ERNIE_MAX_RESTARTS={self.settings.max_restarts}).")
+                delay = backoff_delay(failures[proc.name])
+                self.out(f"[{proc.name}] restarting in {delay:.0f} s "
+                         f"(attempt {failures[proc.name]} of {self.settings.max_restarts})")
+                time.sleep(delay)
+                try:
+                    restart()
+                except StartupFailed as exc:
+                    self.out(str(exc))
+            time.sleep(0.5)
+
+    def _restart_engine(self) -> None:
+        self.start_engine()
+
+    def stop(self) -> None:
+        for proc in (self.app, self.engine):
+            if proc is not None and proc.pid is not None:
+                proc.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _raise_shutdown(signum, frame):
+    raise Shutdown(signal.Signals(signum).name)
+
+
+def run(settings: Settings, out=print) -> int:
+    """``ernie-chat up``: returns the process exit code."""
+    signal.signal(signal.SIGTERM, _raise_shutdown)
+    stack = Stack(settings, out=out)
+    try:
+        stack.start()
+        out(f"Chat:   {settings.app_url}")
+        out(f"Engine: {settings.engine_base_url}")
+        if stack.info and stack.info.is_demo:
+            out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
+        out("Press Ctrl-C to stop.")
+        out(f"ERROR: {stack.watch()}")
+        return 1
+    except (KeyboardInterrupt, Shutdown):
+        out("\nStopping ...")
+        return 0
+    except (StartupFailed, provision.StepFailed, FileNotFoundError) as exc:
+        out(f"ERROR: {exc}")
+        return 1
+    finally:
+        # A second Ctrl-C must not interrupt the cleanup that stops vLLM.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.stop()
+        out("Stopped.")

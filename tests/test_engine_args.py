@@ -1,0 +1,142 @@
+"""server/engine_args.py: Settings -> the vLLM command line and environment."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+
+from server.engine_args import API_SERVER_MODULE, GIB, engine_command
+from server.settings import load_settings
+
+PYTHON = "/opt/engine/bin/python"
+MODEL = "baidu/ERNIE-4.5-0.3B-PT"
+SECRET = "sk-very-secret-4711"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for key in list(os.environ):
+        if key.startswith("ERNIE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def command(device: str, **overrides):
+    return engine_command(load_settings(**overrides), MODEL, device, PYTHON)
+
+
+def value_of(argv: list[str], flag: str) -> str:
+    assert argv.count(flag) == 1, f"{flag} should appear once in {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+# --- common part ---------------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_runs_the_openai_server_module_of_the_engine_python(device):
+    argv = command(device, served_model_name="ernie", engine_host="0.0.0.0", engine_port=8123,
+                   max_model_len=4096, dtype="bfloat16").argv
+    assert argv[:3] == [PYTHON, "-m", API_SERVER_MODULE]
+    assert value_of(argv, "--model") == MODEL
+    assert value_of(argv, "--served-model-name") == "ernie"
+    assert value_of(argv, "--host") == "0.0.0.0"
+    assert value_of(argv, "--port") == "8123"
+    assert value_of(argv, "--max-model-len") == "4096"
+    assert value_of(argv, "--dtype") == "bfloat16"
+
+
+# --- cpu -------------------------------------------------------------------------
+
+def test_cpu_sizes_the_kv_pool_at_one_gib_by_default():
+    argv = command("cpu").argv
+    assert value_of(argv, "--kv-cache-memory-bytes") == str(GIB) == "1073741824"
+
+
+def test_cpu_kv_pool_follows_kv_cache_gib():
+    argv = command("cpu", kv_cache_gib=2.5).argv
+    assert value_of(argv, "--kv-cache-memory-bytes") == str(int(2.5 * 1024**3))
+
+
+def test_cpu_never_gets_gpu_only_flags():
+    argv = command("cpu", gpu_memory_utilization=0.5, enforce_eager=True,
+                   tensor_parallel_size=2).argv
+    assert "--gpu-memory-utilization" not in argv
+    assert "--enforce-eager" not in argv
+    assert "--tensor-parallel-size" not in argv
+
+
+# --- cuda ------------------------------------------------------------------------
+
+def test_cuda_gets_the_utilization_and_nothing_optional_by_default():
+    argv = command("cuda", gpu_memory_utilization=0.85).argv
+    assert value_of(argv, "--gpu-memory-utilization") == "0.85"
+    assert "--kv-cache-memory-bytes" not in argv
+    assert "--enforce-eager" not in argv
+    assert "--tensor-parallel-size" not in argv
+    assert "-tp" not in argv
+
+
+def test_cuda_enforce_eager_only_when_set():
+    assert "--enforce-eager" in command("cuda", enforce_eager=True).argv
+
+
+def test_cuda_tensor_parallel_only_above_one():
+    assert value_of(command("cuda", tensor_parallel_size=2).argv, "--tensor-parallel-size") == "2"
+
+
+def test_cuda_kv_cache_gib_sets_the_pool_in_bytes():
+    argv = command("cuda", kv_cache_gib=4).argv
+    assert value_of(argv, "--kv-cache-memory-bytes") == str(4 * GIB)
+
+
+# --- cache and batching -------------------------------------------------------------
+
+@pytest.mark.parametrize("enabled, present, absent", [
+    (True, "--enable-prefix-caching", "--no-enable-prefix-caching"),
+    (False, "--no-enable-prefix-caching", "--enable-prefix-caching"),
+])
+def test_prefix_caching_flag_is_always_explicit(enabled, present, absent):
+    argv = command("cuda", enable_prefix_caching=enabled).argv
+    assert present in argv
+    assert absent not in argv
+
+
+def test_kv_cache_dtype_only_when_not_auto():
+    assert "--kv-cache-dtype" not in command("cuda").argv
+    assert value_of(command("cuda", kv_cache_dtype="fp8").argv, "--kv-cache-dtype") == "fp8"
+
+
+def test_batching_limits_only_when_set():
+    argv = command("cuda").argv
+    assert "--max-num-seqs" not in argv
+    assert "--max-num-batched-tokens" not in argv
+    argv = command("cuda", max_num_seqs=32, max_num_batched_tokens=2048).argv
+    assert value_of(argv, "--max-num-seqs") == "32"
+    assert value_of(argv, "--max-num-batched-tokens") == "2048"
+
+
+def test_extra_args_are_shell_split_and_appended_last():
+    argv = command("cpu", extra_engine_args="--seed 7 --chat-template 'my template.jinja'").argv
+    assert argv[-4:] == ["--seed", "7", "--chat-template", "my template.jinja"]
+
+
+# --- the API key --------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_api_key_travels_in_env_only(device):
+    cmd = command(device, api_key=SECRET)
+    assert cmd.env == {"VLLM_API_KEY": SECRET}
+    assert not any(SECRET in arg for arg in cmd.argv)
+    assert "--api-key" not in cmd.argv
+    assert SECRET not in cmd.printable()
+
+
+def test_no_api_key_no_env():
+    assert "VLLM_API_KEY" not in command("cpu").env
+
+
+def test_printable_is_the_argv_as_one_shell_line():
+    cmd = command("cpu", extra_engine_args="--chat-template 'a b.jinja'")
+    assert shlex.split(cmd.printable()) == cmd.argv

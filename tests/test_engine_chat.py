@@ -1,0 +1,132 @@
+"""The app's client code against a REAL vLLM (CPU build) serving the demo model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from app import engine_client as ec
+from app.history import Conversation, TooLong, fit
+from tests.conftest import TEST_MAX_MODEL_LEN, metric
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+async def client(engine):
+    settings, _ = engine
+    client = ec.make_client(settings)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def counter(engine):
+    settings, _ = engine
+    http = httpx.AsyncClient(timeout=10)
+
+    async def count(messages):
+        return await ec.count_tokens(http, settings.engine_base_url, settings.served_model_name,
+                                     messages)
+    yield count
+    await http.aclose()
+
+
+async def ask(client, settings, messages, **kw):
+    stats = ec.ReplyStats()
+    pieces = [p async for p in ec.stream_reply(
+        client, settings.served_model_name, messages, stats,
+        temperature=0.7, top_p=0.9, max_tokens=kw.pop("max_tokens", 48), **kw)]
+    return pieces, stats
+
+
+async def test_engine_reports_model_and_window(engine, client):
+    settings, stack = engine
+    name, max_len, root = await ec.served_model(client)
+    assert name == settings.served_model_name
+    assert max_len == TEST_MAX_MODEL_LEN == stack.info.max_model_len
+    assert (root and stack.info.is_demo)
+
+
+async def test_streamed_multi_turn_chat(engine, client, counter):
+    settings, _ = engine
+    conversation = Conversation("You are a helpful assistant.")
+    first = conversation.messages("今天天气怎么样？")
+    pieces, stats = await ask(client, settings, first, extra_body={"ignore_eos": True})
+    assert len(pieces) > 5, "the reply must arrive in many pieces, not at once"
+    assert stats.completion_tokens == 48 and stats.finish_reason == "length"
+    assert stats.prompt_tokens == await counter(first), "/tokenize must agree with usage"
+    assert stats.ttft_s is not None and stats.tokens_per_s and stats.tokens_per_s > 0
+    conversation.add("今天天气怎么样？", "".join(pieces))
+
+    second = conversation.messages("And tomorrow?")
+    assert second[2] == {"role": "assistant", "content": "".join(pieces)}
+    pieces2, stats2 = await ask(client, settings, second)
+    assert "".join(pieces2).strip()
+    assert stats2.prompt_tokens > stats.prompt_tokens + stats.completion_tokens - 5
+
+
+async def test_fit_keeps_request_inside_real_window(engine, client, counter):
+    settings, _ = engine
+    conversation = Conversation("You are a helpful assistant.")
+    for i in range(12):
+        conversation.add(f"Question {i}: " + "tell me about the weather " * 12,
+                         f"Answer {i}: " + "it is sunny and warm today " * 12)
+    fitted = await fit(conversation, "Last question?", counter, TEST_MAX_MODEL_LEN, 200)
+    assert fitted.dropped_turns > 0
+    assert fitted.prompt_tokens + fitted.max_tokens <= TEST_MAX_MODEL_LEN
+    assert fitted.messages[0]["role"] == "system" and fitted.messages[-1]["content"] == "Last question?"
+    # Keeping one more turn would not have fitted: the fewest turns were dropped.
+    assert await counter(conversation.messages("Last question?", fitted.dropped_turns - 1)) + 200 \
+        > TEST_MAX_MODEL_LEN
+    pieces, stats = await ask(client, settings, fitted.messages, max_tokens=fitted.max_tokens)
+    assert stats.prompt_tokens == fitted.prompt_tokens
+
+
+async def test_single_message_longer_than_window_is_refused_before_sending(counter):
+    with pytest.raises(TooLong) as info:
+        await fit(Conversation("sys"), "weather " * 3000, counter, TEST_MAX_MODEL_LEN, 64)
+    assert info.value.tokens > TEST_MAX_MODEL_LEN
+
+
+async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, client):
+    """What the Stop button does: the task is cancelled; vLLM must stop generating."""
+    settings, _ = engine
+    got_tokens = asyncio.Event()
+
+    async def long_reply():
+        async for _ in ec.stream_reply(client, settings.served_model_name,
+                                       [{"role": "user", "content": "Tell me a long story."}],
+                                       ec.ReplyStats(), temperature=0.7, top_p=0.9,
+                                       max_tokens=900, extra_body={"ignore_eos": True}):
+            got_tokens.set()
+
+    task = asyncio.create_task(long_reply())
+    await asyncio.wait_for(got_tokens.wait(), 60)
+    assert metric(settings.engine_base_url, "vllm:num_requests_running") == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 5
+    while metric(settings.engine_base_url, "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline, "vLLM kept generating after the stream was closed"
+        await asyncio.sleep(0.1)
+
+
+async def test_prompt_too_long_error_is_classified(engine, client):
+    settings, _ = engine
+    with pytest.raises(Exception) as info:
+        await ask(client, settings, [{"role": "user", "content": "weather " * 3000}])
+    assert ec.error_kind(info.value) == "too_long"
+
+
+async def test_unreachable_engine_is_classified():
+    from server.settings import load_settings
+    from server.processes import free_port
+    client = ec.make_client(load_settings(engine_url=f"http://127.0.0.1:{free_port()}"))
+    with pytest.raises(Exception) as info:
+        await ask(client, load_settings(), [{"role": "user", "content": "hi"}])
+    assert ec.error_kind(info.value) == "unreachable"

@@ -1,0 +1,106 @@
+"""`ernie-chat up` as a user runs it: a real vLLM, a real Chainlit, then SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.processes import free_port, port_free
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.engine
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, found through /proc (children of children too)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
+    engine_port, app_port = free_port(), free_port()
+    env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(engine_port),
+           "ERNIE_APP_PORT": str(app_port), "ERNIE_LOG_FILE": str(tmp_path / "llm.log"),
+           "ERNIE_MAX_MODEL_LEN": "2048", "ERNIE_KV_CACHE_GIB": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 900
+        while not any(l.startswith("Engine:") for l in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "\n".join(lines[-30:])
+            line = proc.stdout.readline()
+            if line:
+                lines.append(line.rstrip())
+        output = "\n".join(lines)
+        assert f"Chat:   http://127.0.0.1:{app_port}" in lines, output
+        assert f"Engine: http://127.0.0.1:{engine_port}" in lines, output
+        assert "KV cache:" in output and "max-model-len 2048" in output, output
+
+        page = httpx.get(f"http://127.0.0.1:{app_port}", timeout=10)
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        models = httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=10).json()
+        assert models["data"][0]["max_model_len"] == 2048
+
+        tree = descendants(proc.pid)
+        assert len(tree) >= 2, "expected the engine and the app below the supervisor"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if alive(p)], "processes left behind after SIGTERM"
+    assert port_free("127.0.0.1", engine_port) and port_free("127.0.0.1", app_port)
+
+
+def test_up_refuses_a_taken_port_and_names_it(tmp_path):
+    import socket
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(port),
+               "ERNIE_APP_PORT": str(free_port()), "ERNIE_LOG_FILE": str(tmp_path / "llm.log")}
+        result = subprocess.run([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert f"Port {port}" in result.stdout and "ERNIE_ENGINE_PORT" in result.stdout
+    assert f"pid {os.getpid()}" in result.stdout
+
+
+def test_invalid_setting_stops_up_with_a_clear_message():
+    env = {**os.environ, "ERNIE_GPU_MEMORY_UTILIZATION": "1.5"}
+    result = subprocess.run([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "ERNIE_GPU_MEMORY_UTILIZATION='1.5'" in result.stderr
+    assert "at most 1" in result.stderr
