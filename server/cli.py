@@ -51,10 +51,12 @@ def cmd_settings(args: argparse.Namespace) -> int:
     """Show the effective settings (secrets masked) and the engine command they give."""
     from server.device import resolve_device
     from server.engine_args import engine_command
+    from server.settings import env_example
+    if args.env_example:
+        print(env_example(), end="")
+        return 0
     settings = load_settings()
-    shown = settings.model_dump(mode="json")
-    if settings.api_key is not None:
-        shown["api_key"] = "********"
+    shown = settings.model_dump(mode="json")  # SecretStr fields dump as "**********"
     print(json.dumps(shown, indent=2, ensure_ascii=False))
     device = resolve_device(settings)
     command = engine_command(settings, settings.model, device, "python")
@@ -97,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     plan.set_defaults(func=cmd_plan)
 
-    sub.add_parser("settings", help="show the effective settings and vLLM command").set_defaults(
-        func=cmd_settings)
+    show = sub.add_parser("settings", help="show the effective settings and vLLM command")
+    show.add_argument("--env-example", action="store_true", help="print .env.example's text")
+    show.set_defaults(func=cmd_settings)
     return parser
 
 

@@ -48,6 +48,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 TURN_HEADERS = ["User: ", "Assistant: "]
 
 VOCAB_SIZE = 3000
+CHARACTER_BOOST = 4
 # The real model's limit: vLLM checks --max-model-len against it, and the demo should
 # accept the same settings as the real checkpoint.
 MAX_POSITIONS = 131072
@@ -140,7 +141,7 @@ def train_tokenizer(texts: list[str]) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(split_on_markers(texts), trainer=trainer)
+    tokenizer.train_from_iterator(split_on_markers(texts) + lone_characters(texts), trainer=trainer)
     # A prompt ends in "Assistant: ", so with plain BPE its trailing space would be a lone
     # token followed by an answer word without its usual leading space: a pairing the
     # model never saw in training. As whole added tokens the headers cut the text the same
@@ -151,6 +152,17 @@ def train_tokenizer(texts: list[str]) -> Tokenizer:
     if ids != [PAD_ID, BOS_ID, EOS_ID]:
         raise RuntimeError(f"special token ids are {ids}, expected [0, 1, 2]")
     return tokenizer
+
+
+def lone_characters(texts: list[str]) -> list[str]:
+    """Every non-ASCII character of the texts, each on its own, CHARACTER_BOOST times.
+
+    A rare Chinese character would otherwise stay two or three byte tokens, and a sampled
+    wrong second half decodes to U+FFFD in the reply. These extra counts make BPE merge
+    each character into one token before it merges words, so words are whole characters.
+    """
+    characters = sorted({c for text in texts for c in text if ord(c) > 127})
+    return characters * CHARACTER_BOOST
 
 
 def split_on_markers(texts: list[str]) -> list[str]:

@@ -186,7 +186,9 @@ def utilization_for(concurrency: float, max_model_len: int, shape: ModelShape, t
     """The utilization that gives room for ``concurrency`` requests of ``max_model_len``."""
     blocks = math.ceil(concurrency * blocks_per_request(max_model_len, block_size))
     needed = blocks * bytes_per_block(shape, block_size, kv_cache_dtype) + overhead.total
-    return needed / total_bytes
+    # Rounded UP to the 4 decimals a person would type: vLLM computes int(u x total),
+    # and the exact quotient can land a byte, and so a block, short.
+    return math.ceil(needed / total_bytes * 10_000) / 10_000
 
 
 # --- one plan ----------------------------------------------------------------
@@ -271,7 +273,8 @@ def profiles(shape: ModelShape, device: str, *, kv_cache_dtype: str = "auto",
             if utilization > max_utilization:
                 utilization = max_utilization
                 pool = gpu_kv_pool_bytes(total_bytes, utilization, overhead)
-            utilization = math.ceil(utilization * 100) / 100
+            else:
+                utilization = math.ceil(utilization * 100) / 100
         blocks = pool // per_block
         out.append(Profile(name, purpose, window, max_concurrency(blocks, window, block), pool,
                            utilization))

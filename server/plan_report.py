@@ -125,7 +125,7 @@ def render(r: dict) -> str:
         rv = r["reverse"]
         lines += ["", f"For {rv['concurrency']} requests at once:"]
         if "utilization_needed" in rv:
-            lines.append(f"  utilization needed at max-model-len {r['max_model_len']:,}: {rv['utilization_needed']:.3f}")
+            lines.append(f"  utilization needed at max-model-len {r['max_model_len']:,}: {rv['utilization_needed']:.4f}")
         if "kv_cache_gib_needed" in rv:
             lines.append(f"  KV cache needed at max-model-len {r['max_model_len']:,}: {rv['kv_cache_gib_needed']:.2f} GiB")
         lines.append(f"  longest max-model-len with the current pool: {rv['longest_max_model_len']:,}")

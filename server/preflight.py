@@ -84,6 +84,11 @@ def check(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> lis
     if plan.num_blocks < needed:
         fits = kp.longest_max_model_len(plan.num_blocks, plan.block_size)
         more = "ERNIE_GPU_MEMORY_UTILIZATION" if memory.kind == "cuda" else "ERNIE_KV_CACHE_GIB"
+        if fits == 0:
+            problems.append(Problem("request_does_not_fit",
+                f"The KV pool is empty ({plan.kv_pool_bytes / GIB:.2f} GiB, less than one block "
+                f"after the weights and overheads): raise {more}."))
+            return problems
         problems.append(Problem("request_does_not_fit",
             f"One request of ERNIE_MAX_MODEL_LEN={settings.max_model_len} tokens needs "
             f"{needed * plan.block_size * plan.kv_bytes_per_token / GIB:.2f} GiB of KV cache, but "

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "ERNIE_"
@@ -115,6 +115,14 @@ class Settings(BaseSettings):
     temperature: float = Field(0.7, ge=0, le=2, description="Default sampling temperature.")
     top_p: float = Field(0.9, gt=0, le=1, description="Default nucleus sampling top_p.")
     max_tokens: int = Field(512, ge=1, description="Default longest reply, in tokens.")
+    chat_db: Optional[Path] = Field(
+        None,
+        description="SQLite file for saved chats. Turns on login and the chat history sidebar; "
+        "needs ERNIE_USERS.",
+    )
+    users: Optional[SecretStr] = Field(
+        None, description="Who may log in: user:password pairs, comma-separated (alice:pw1,bob:pw2)."
+    )
     usage_log: Path = Field(
         Path("data/usage.jsonl"),
         description="Token counts of each chat request (no text), for `ernie-chat plan --from-usage`.",
@@ -152,6 +160,33 @@ class Settings(BaseSettings):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
         return value.rstrip("/").removesuffix("/v1")
 
+    @field_validator("users")
+    @classmethod
+    def _users_are_pairs(cls, value: Optional[SecretStr]) -> Optional[SecretStr]:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        for pair in value.get_secret_value().split(","):
+            name, sep, password = pair.strip().partition(":")
+            if not (sep and name.strip() and password):
+                # Never echo the value: it holds passwords.
+                raise ValueError("must be user:password pairs separated by commas, "
+                                 "e.g. alice:pw1,bob:pw2 (a pair is missing its name or password)")
+        return value
+
+    @model_validator(mode="after")
+    def _saved_chats_need_users(self) -> "Settings":
+        if self.chat_db is not None and self.users is None:
+            raise ValueError("ERNIE_CHAT_DB turns on saved chats, which need a login: "
+                             "set ERNIE_USERS=name:password (comma-separated for several)")
+        return self
+
+    @property
+    def user_passwords(self) -> dict[str, str]:
+        if self.users is None:
+            return {}
+        pairs = (p.strip().partition(":") for p in self.users.get_secret_value().split(","))
+        return {name.strip(): password for name, _, password in pairs}
+
     # --- derived values ----------------------------------------------------
     @property
     def starts_engine(self) -> bool:
@@ -188,6 +223,9 @@ class Settings(BaseSettings):
         return env
 
 
+SECRET_FIELDS = {"api_key", "users"}
+
+
 def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
@@ -196,10 +234,13 @@ def describe_errors(exc: ValidationError) -> str:
     """One line per bad field: which variable, what value, what is allowed."""
     lines = ["Invalid settings (from the environment or .env):"]
     for err in exc.errors():
-        field = str(err["loc"][0]) if err["loc"] else "?"
-        value = err.get("input")
+        field = str(err["loc"][0]) if err["loc"] else ""
         message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"  {env_name(field)}={value!r}: {message}")
+        if not field:  # a rule across fields: its message names them
+            lines.append(f"  {message}")
+            continue
+        value = "<hidden>" if field in SECRET_FIELDS else repr(err.get("input"))
+        lines.append(f"  {env_name(field)}={value}: {message}")
         described = Settings.model_fields.get(field)
         if described is not None and described.description:
             lines.append(f"      ({described.description})")
@@ -213,3 +254,16 @@ def load_settings(**overrides) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
+
+
+def env_example() -> str:
+    """The text of .env.example: every setting with its meaning and default."""
+    lines = ["# ernie-chat settings. Copy to .env and uncomment what you change.",
+             "# Every variable can also be set in the environment; the environment wins over .env.",
+             "# `./scripts/ernie-chat settings` prints the effective values; this file is made by",
+             "# `./scripts/ernie-chat settings --env-example > .env.example`.", ""]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        shown = "" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        lines += [f"# {field.description}", f"# {env_name(name)}={shown}", ""]
+    return "\n".join(lines)

@@ -22,9 +22,15 @@ def append_usage(path: Path, prompt_tokens: int, completion_tokens: int,
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "prompt_tokens": prompt_tokens,
               "completion_tokens": completion_tokens, "ttft_s": ttft_s,
               "tokens_per_s": tokens_per_s, "finish_reason": finish_reason}
-    # One write() of one line: appends from concurrent chats do not interleave.
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+    line = (json.dumps(record) + "\n").encode("utf-8")
+    with open(path, "a+b") as handle:
+        # A line cut short by a crash would swallow this record too: end it first.
+        if handle.tell() > 0:
+            handle.seek(-1, 2)
+            if handle.read(1) != b"\n":
+                line = b"\n" + line
+        # One write() of one line: appends from concurrent chats do not interleave.
+        handle.write(line)
 
 
 def read_usage(path: Path) -> tuple[list[dict], int]:
@@ -37,7 +43,7 @@ def read_usage(path: Path) -> tuple[list[dict], int]:
             continue
         try:
             record = json.loads(line)
-            if all(isinstance(record.get(f), int) and record[f] >= 0 for f in FIELDS):
+            if all(type(record.get(f)) is int and record[f] >= 0 for f in FIELDS):  # not bool
                 records.append(record)
                 continue
         except (ValueError, AttributeError):
