@@ -1,7 +1,12 @@
 """The Chainlit chat: streams replies from the engine, fitted to its context window.
 
 Run by the supervisor as ``chainlit run app/app.py --headless``.  The handlers
-stay thin: the streaming, history fitting and texts live in their own modules.
+stay thin: streaming, history fitting, texts, personas, the settings panel and
+saved chats live in their own modules.
+
+Only real exchanges enter the model's history (:class:`Conversation`).  Every
+other message the chat shows (welcome, notices, errors, figures) is marked
+``metadata={"kind": ...}`` so a resumed chat can tell them apart.
 """
 
 from __future__ import annotations
@@ -15,14 +20,21 @@ import chainlit as cl
 import httpx
 
 from app import engine_client as ec
-from app.history import Conversation, TooLong, fit
+from app import persistence
+from app.chat_settings import ChatParams, apply, default_params, panel
+from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
+from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, text
 from app.token_batcher import TokenBatcher
+from server.metrics import fetch_metrics_async
 from server.settings import load_settings
 from server.usage_log import append_usage
+from server.engine_state import read_state
 
 SETTINGS = load_settings()
 DEMO_BUILDER = "ernie-chat demo model"
+FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
+STATUS_COMMAND = "/status"
 
 
 def is_demo_model(root: str) -> bool:
@@ -38,6 +50,10 @@ def lang() -> str:
     return lang_of(cl.context.session.language)
 
 
+async def notice(content: str, kind: str = "notice") -> None:
+    await cl.Message(content=content, metadata={"kind": kind}).send()
+
+
 async def engine_model() -> tuple[str, int]:
     """(served name, max_model_len), asked once per chat and again after a failure."""
     cached = cl.user_session.get("engine_model")
@@ -51,29 +67,65 @@ async def engine_model() -> tuple[str, int]:
 
 async def say_error(exc: BaseException) -> None:
     kind = ec.error_kind(exc)
+    if kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
+        kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     await cl.ErrorMessage(content=text(
         lang(), kind, url=SETTINGS.engine_base_url, seconds=SETTINGS.request_timeout_s,
         model=SETTINGS.served_model_name, detail=detail[:300],
-    )).send()
+    ), metadata={"kind": "error"}).send()
+
+
+# --- chat set-up ---------------------------------------------------------------
+
+@cl.set_chat_profiles
+async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[str] = None):
+    return chat_profiles(lang_of(language))
+
+
+def start_session(conversation: Conversation) -> None:
+    cl.user_session.set("client", ec.make_client(SETTINGS))
+    cl.user_session.set("http", httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
+    cl.user_session.set("conversation", conversation)
+    cl.user_session.set("params", default_params(SETTINGS, conversation.system_prompt))
+
+
+async def send_panel() -> None:
+    params: ChatParams = cl.user_session.get("params")
+    await panel(params, max_reply_budget(), lang()).send()
+
+
+def max_reply_budget() -> int:
+    _, max_len = cl.user_session.get("engine_model") or ("", SETTINGS.max_model_len)
+    return max(MIN_REPLY_TOKENS, max_len - MIN_REPLY_TOKENS)
 
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
-    cl.user_session.set("client", ec.make_client(SETTINGS))
-    cl.user_session.set("http", httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
-    cl.user_session.set("conversation", Conversation(SETTINGS.system_prompt))
+    chosen = persona(cl.user_session.get("chat_profile"))
+    start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
     try:
         name, _ = await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
+        await send_panel()
         await say_error(exc)
         return
+    await send_panel()
     welcome = text(lang(), "welcome", model=name)
     if cl.user_session.get("is_demo"):
         welcome += "\n\n" + text(lang(), "demo")
-    await cl.Message(content=welcome).send()
+    await notice(welcome, "welcome")
 
+
+@cl.on_settings_update
+async def on_settings_update(values: dict) -> None:
+    params = apply(values, cl.user_session.get("params"), max_reply_budget())
+    cl.user_session.set("params", params)
+    cl.user_session.get("conversation").system_prompt = params.system_prompt
+
+
+# --- one message -----------------------------------------------------------------
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
@@ -81,42 +133,48 @@ async def on_message(message: cl.Message) -> None:
     # would not reach it; on_stop cancels this task itself (FACTS.md).
     cl.user_session.set("task", asyncio.current_task())
     if not message.content.strip():
-        await cl.Message(content=text(lang(), "empty")).send()
+        await notice(text(lang(), "empty"))
+        return
+    if message.content.strip() == STATUS_COMMAND:
+        await show_status()
         return
     conversation: Conversation = cl.user_session.get("conversation")
+    params: ChatParams = cl.user_session.get("params")
     try:
         model, max_len = await engine_model()
-        fitted = await fit(conversation, message.content, _counter(model), max_len,
-                           SETTINGS.max_tokens)
+        fitted = await fit(conversation, message.content, _counter(model), max_len, params.max_tokens)
     except TooLong as exc:
-        await cl.ErrorMessage(content=text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit)).send()
+        await cl.ErrorMessage(content=text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit),
+                              metadata={"kind": "error"}).send()
         return
     except Exception as exc:
         await say_error(exc)
         return
     if fitted.dropped_turns:
-        await cl.Message(content=text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns)).send()
-    await stream_answer(conversation, message.content, model, fitted.messages, fitted.max_tokens)
+        await notice(text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns))
+    await stream_answer(conversation, message.content, model, fitted.messages, fitted.max_tokens, params)
 
 
 async def stream_answer(conversation: Conversation, user_text: str, model: str,
-                        messages: list[dict], max_tokens: int) -> None:
-    reply = cl.Message(content="")
+                        messages: list[dict], max_tokens: int, params: ChatParams) -> None:
+    reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
     try:
         async for piece in ec.stream_reply(
             cl.user_session.get("client"), model, messages, stats,
-            temperature=SETTINGS.temperature, top_p=SETTINGS.top_p, max_tokens=max_tokens,
+            temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
+            extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
         ):
             await batcher.add(piece)
         await batcher.flush()
     except asyncio.CancelledError:
-        # Stop: keep what was shown, as a real turn, and nothing else.
+        # Stop: keep what was shown, as a real turn; the notice is not history.
         await batcher.flush()
         conversation.add(user_text, batcher.text)
         if batcher.text:
             await reply.send()
+        await notice(text(lang(), "stopped"))
         raise
     except Exception as exc:
         await batcher.flush()
@@ -128,7 +186,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
-    reply.content = batcher.text + f"\n\n*⏱ {figures_line(lang(), stats)}*"
+    reply.content = batcher.text + FIGURES_MARK + figures_line(lang(), stats) + "*"
     await reply.send()
 
 
@@ -137,6 +195,15 @@ def _counter(model: str):
         return await ec.count_tokens(cl.user_session.get("http"), SETTINGS.engine_base_url,
                                      model, messages, SETTINGS.api_key_value)
     return count
+
+
+async def show_status() -> None:
+    try:
+        metrics = await fetch_metrics_async(cl.user_session.get("http"), SETTINGS.engine_base_url)
+    except Exception as exc:
+        await say_error(exc)
+        return
+    await notice(f"**{SETTINGS.engine_base_url}** — {metrics.summary()}", "status")
 
 
 @cl.on_stop
@@ -154,3 +221,43 @@ async def on_chat_end() -> None:
     client = cl.user_session.get("client")
     if client is not None:
         await client.close()
+
+
+# --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
+
+def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
+    """Rebuild the model's history from saved steps: user messages and replies only."""
+    conversation = Conversation(system_prompt)
+    pending_user: Optional[str] = None
+    for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
+        metadata = step.get("metadata") or {}
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata or "{}")
+        if step.get("type") == "user_message":
+            pending_user = step.get("output") or ""
+        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and pending_user:
+            conversation.add(pending_user, (step.get("output") or "").split(FIGURES_MARK)[0])
+            pending_user = None
+    return conversation
+
+
+if SETTINGS.chat_db is not None:
+    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+
+    persistence.prepare_db(SETTINGS.chat_db)
+
+    @cl.data_layer
+    def data_layer():
+        return SQLAlchemyDataLayer(conninfo=persistence.data_layer_url(SETTINGS.chat_db))
+
+    @cl.password_auth_callback
+    def password_auth(username: str, password: str) -> Optional[cl.User]:
+        name = persistence.check_password(SETTINGS.user_passwords, username, password)
+        return cl.User(identifier=name, metadata={"provider": "password"}) if name else None
+
+    @cl.on_chat_resume
+    async def on_chat_resume(thread: dict) -> None:
+        chosen = persona((thread.get("metadata") or {}).get("chat_profile")
+                         if isinstance(thread.get("metadata"), dict) else None)
+        start_session(conversation_from_thread(thread, chosen.system_prompt or SETTINGS.system_prompt))
+        await send_panel()

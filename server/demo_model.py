@@ -36,6 +36,10 @@ from pathlib import Path
 # Tokenizers' Rust thread pool and the BPE trainer are only reproducible when they do not
 # race each other; this must be set before `tokenizers` is imported.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads otherwise spin for a long time at every barrier. On a small machine that
+# is busy with something else (vLLM compiling, tests) that made training ~6x slower; a
+# short spin costs ~10% when the machine is idle and keeps a shared one at its fair share.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import torch  # noqa: E402
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
         Path("data/usage.jsonl"),
         description="Token counts of each chat request (no text), for `ernie-chat plan --from-usage`.",
     )
+    ignore_eos: bool = Field(
+        False, description="QA and demos: replies always run to the max tokens (vLLM's ignore_eos)."
+    )
     request_timeout_s: float = Field(
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
     )

@@ -9,6 +9,8 @@ engine keeps failing.  Ctrl-C or SIGTERM stops both process groups.
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import sys
 import time
@@ -18,11 +20,13 @@ from typing import Callable, Optional
 
 import httpx
 
+from app import persistence
 from server import doctor, preflight, provision
 from server import kv_planner as kp
 from server.device import read_cpu_memory, read_gpu_memory, resolve_device
 from server.engine_args import engine_command
 from server.model_config import load_shape
+from server.engine_state import write_state
 from server.model_source import choose_model
 from server.processes import ManagedProcess, port_problem
 from server.progress import StatusLine
@@ -115,12 +119,18 @@ class Stack:
         return self.log_path.with_name("app.log")
 
     # --- checks before anything starts ------------------------------------
-    def check_ports(self) -> None:
+    def check_before_start(self) -> None:
+        """Ports and the saved-chats file: problems found in milliseconds, not after vLLM."""
         s = self.settings
         wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")]
         if s.starts_engine:
             wanted.insert(0, (s.engine_host, s.engine_port, "ERNIE_ENGINE_PORT"))
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
+        if s.chat_db is not None:
+            try:
+                persistence.prepare_db(s.chat_db)
+            except persistence.ChatDbError as exc:
+                problems.append(str(exc))
         if problems:
             raise StartupFailed("\n".join(problems))
 
@@ -156,6 +166,7 @@ class Stack:
     def start_engine(self) -> EngineInfo:
         assert self.engine is not None
         s = self.settings
+        write_state(s, "starting")
         self.engine.start()
         status = StatusLine("engine")
         entry = wait_until(
@@ -167,9 +178,11 @@ class Stack:
             reason = ("exited with code %s" % self.engine.returncode if not self.engine.alive()
                       else f"was not ready after {s.startup_timeout_s:.0f} s")
             status.done(f"vLLM {reason}")
+            write_state(s, "failed", reason=reason)
             self.engine.stop()
             raise StartupFailed(self.explain_engine_failure(f"vLLM {reason}."))
         status.done(f"vLLM ready at {s.engine_base_url}")
+        write_state(s, "ready")
         self.info = EngineInfo(entry.get("id", s.served_model_name), self._model_is_demo,
                                int(entry.get("max_model_len") or s.max_model_len))
         return self.info
@@ -205,6 +218,8 @@ class Stack:
         # The app gets the supervisor's validated settings, with the engine it started.
         env = {**s.as_env(), "ERNIE_ENGINE_URL": s.engine_base_url,
                "CHAINLIT_APP_ROOT": str(self.root)}
+        if s.chat_db is not None:
+            env["CHAINLIT_AUTH_SECRET"] = auth_secret(self.root / ".cache" / "chainlit-auth-secret")
         return ManagedProcess("app", argv, self.app_log_path, env=env, cwd=self.root)
 
     def start_app(self) -> None:
@@ -222,7 +237,7 @@ class Stack:
 
     # --- the whole life cycle ----------------------------------------------
     def start(self) -> None:
-        self.check_ports()
+        self.check_before_start()
         if self.settings.starts_engine:
             self.engine = self.prepare_engine()
             self.start_engine()
@@ -244,6 +259,7 @@ class Stack:
                 failures[proc.name] += 1
                 self.out(f"[{proc.name}] exited with code {proc.returncode}")
                 if proc.name == "engine":
+                    write_state(self.settings, "restarting")
                     self.out(self.explain_engine_failure("The engine stopped."))
                 if failures[proc.name] > self.settings.max_restarts:
                     return (f"The {proc.name} failed {failures[proc.name]} times in a row; giving "
@@ -265,6 +281,19 @@ class Stack:
         for proc in (self.app, self.engine):
             if proc is not None and proc.pid is not None:
                 proc.stop()
+        if self.engine is not None:
+            write_state(self.settings, "stopped")
+
+
+def auth_secret(path: Path) -> str:
+    """Chainlit signs login tokens with this: made once per install, never in git or logs."""
+    if os.environ.get("CHAINLIT_AUTH_SECRET"):
+        return os.environ["CHAINLIT_AUTH_SECRET"]
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(48))
+    return path.read_text().strip()
 
 
 def _http_ok(url: str) -> bool:
