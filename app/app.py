@@ -139,6 +139,7 @@ async def on_message(message: cl.Message) -> None:
         await show_status()
         return
     conversation: Conversation = cl.user_session.get("conversation")
+    conversation.forget_from(message.id)  # an edit re-sends a message under its old id
     params: ChatParams = cl.user_session.get("params")
     try:
         model, max_len = await engine_model()
@@ -152,10 +153,10 @@ async def on_message(message: cl.Message) -> None:
         return
     if fitted.dropped_turns:
         await notice(text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns))
-    await stream_answer(conversation, message.content, model, fitted.messages, fitted.max_tokens, params)
+    await stream_answer(conversation, message, model, fitted.messages, fitted.max_tokens, params)
 
 
-async def stream_answer(conversation: Conversation, user_text: str, model: str,
+async def stream_answer(conversation: Conversation, message: cl.Message, model: str,
                         messages: list[dict], max_tokens: int, params: ChatParams) -> None:
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
@@ -171,7 +172,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     except asyncio.CancelledError:
         # Stop: keep what was shown, as a real turn; the notice is not history.
         await batcher.flush()
-        conversation.add(user_text, batcher.text)
+        conversation.add(message.content, batcher.text, message.id)
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
@@ -182,7 +183,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
             await reply.send()
         await say_error(exc)
         return
-    conversation.add(user_text, batcher.text)
+    conversation.add(message.content, batcher.text, message.id)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
@@ -228,16 +229,17 @@ async def on_chat_end() -> None:
 def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
     """Rebuild the model's history from saved steps: user messages and replies only."""
     conversation = Conversation(system_prompt)
-    pending_user: Optional[str] = None
+    pending: Optional[dict] = None  # the user step waiting for its reply
     for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
         metadata = step.get("metadata") or {}
         if isinstance(metadata, str):
             metadata = json.loads(metadata or "{}")
         if step.get("type") == "user_message":
-            pending_user = step.get("output") or ""
-        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and pending_user:
-            conversation.add(pending_user, (step.get("output") or "").split(FIGURES_MARK)[0])
-            pending_user = None
+            pending = step
+        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and pending:
+            reply = (step.get("output") or "").split(FIGURES_MARK)[0]
+            conversation.add(pending.get("output") or "", reply, pending.get("id"))
+            pending = None
     return conversation
 
 

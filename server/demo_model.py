@@ -4,8 +4,8 @@ Why this exists: no model hub is reachable from the machines this project runs a
 tested on, so the real checkpoint (baidu/ERNIE-4.5-0.3B-PT) cannot be downloaded there.
 The stack still has to start for real, end to end: vLLM loading an `Ernie4_5ForCausalLM`,
 its chat template, streaming, stop tokens, the KV-cache numbers in its log. So we build a
-model with the same architecture and the same chat format, a few hundred thousand
-parameters in size, train it for about a minute on `demo_corpus.txt` (short English and
+model with the same architecture and the same chat format, under a million parameters
+in size, train it for about a minute on `demo_corpus.txt` (short English and
 Chinese dialogues) and save it the way a hub checkpoint is saved. Its answers are
 sentence-like rather than smart, which is all a demo of the plumbing needs.
 
@@ -33,8 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-# Tokenizers' Rust thread pool and the BPE trainer are only reproducible when they do not
-# race each other; this must be set before `tokenizers` is imported.
+# One thread in the BPE trainer, so the merges cannot depend on thread scheduling; this
+# must be set before `tokenizers` is imported.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads otherwise spin for a long time at every barrier. On a small machine that
 # is busy with something else (vLLM compiling, tests) that made training ~6x slower; a
@@ -59,8 +59,8 @@ MAX_POSITIONS = 131072
 
 DEFAULT_STEPS = 300
 DEFAULT_SEED = 0
-# A fixed thread count keeps the float reduction order, and so the weights, the same on
-# every machine; two is what the smallest machine we run on has.
+# A fixed thread count keeps the float reduction order, and so the weights, the same from
+# build to build (on the same kind of CPU); two is what the smallest machine we run on has.
 THREADS = 2
 SEQ_LEN = 128
 BATCH = 24
@@ -225,8 +225,7 @@ def build_model(vocab_size: int):
         eos_token_id=EOS_ID,
         pad_token_id=PAD_ID,
     )
-    model = Ernie4_5ForCausalLM(config)
-    return model
+    return Ernie4_5ForCausalLM(config)
 
 
 def token_stream(tokenizer: Tokenizer, conversations: list[list[dict]], seed: int) -> torch.Tensor:
@@ -289,7 +288,6 @@ def save_model(model, outdir: Path) -> None:
 
 def make_reproducible(seed: int) -> None:
     torch.manual_seed(seed)
-    random.seed(seed)
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
 
@@ -326,7 +324,7 @@ def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS) -> dict:
         }
         write_json(staging / "build_info.json", info)
         for path in staging.iterdir():
-            path.chmod(0o644)  # safetensors writes 0600; whoever serves the model must read it
+            path.chmod(0o644)  # the weights come out 0600; whoever serves them must read them
         replace_dir(staging, outdir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

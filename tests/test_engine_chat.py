@@ -10,7 +10,7 @@ import pytest
 
 from app import engine_client as ec
 from app.history import Conversation, TooLong, fit
-from tests.conftest import TEST_MAX_MODEL_LEN, metric
+from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
 pytestmark = pytest.mark.engine
 
@@ -95,25 +95,39 @@ async def test_single_message_longer_than_window_is_refused_before_sending(count
 async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, client):
     """What the Stop button does: the task is cancelled; vLLM must stop generating."""
     settings, _ = engine
-    got_tokens = asyncio.Event()
+    base = settings.engine_base_url
+    got_tokens, never = asyncio.Event(), asyncio.Event()
 
     async def long_reply():
         async for _ in ec.stream_reply(client, settings.served_model_name,
                                        [{"role": "user", "content": "Tell me a long story."}],
                                        ec.ReplyStats(), temperature=0.7, top_p=0.9,
-                                       max_tokens=900, extra_body={"ignore_eos": True}):
+                                       max_tokens=TEST_MAX_MODEL_LEN - 64,
+                                       extra_body={"ignore_eos": True}):
             got_tokens.set()
+            # Park inside the stream, like a handler awaiting the browser, so that the
+            # cancel lands mid-stream (a fast reader could drain the whole reply first).
+            await never.wait()
 
+    generated_before = await metric_async(base, "vllm:generation_tokens_total")
     task = asyncio.create_task(long_reply())
     await asyncio.wait_for(got_tokens.wait(), 60)
-    assert metric(settings.engine_base_url, "vllm:num_requests_running") == 1
+    # The gauge is refreshed once per engine step: wait for it to show the request.
+    deadline = time.monotonic() + 1.5
+    while await metric_async(base, "vllm:num_requests_running") != 1:
+        assert time.monotonic() < deadline, "the request never showed as running"
+        await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     deadline = time.monotonic() + 5
-    while metric(settings.engine_base_url, "vllm:num_requests_running") != 0:
+    while await metric_async(base, "vllm:num_requests_running") != 0:
         assert time.monotonic() < deadline, "vLLM kept generating after the stream was closed"
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.05)
+    # vLLM does not count client aborts in request_success_total; the token counter
+    # shows the reply was cut short instead of running to its ~960 tokens.
+    generated = await metric_async(base, "vllm:generation_tokens_total") - generated_before
+    assert generated < (TEST_MAX_MODEL_LEN - 64) / 2, f"{generated} tokens generated after Stop"
 
 
 async def test_prompt_too_long_error_is_classified(engine, client):

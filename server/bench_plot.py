@@ -1,0 +1,96 @@
+"""PNG plots of bench and tune results, drawn from their saved JSON.
+
+The only module of the bench that needs matplotlib, imported lazily: a GPU
+machine without it runs the load and saves JSON, and the plots are drawn here
+later with ``ernie-chat bench --plot-only RESULT.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers and CI
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402  (matplotlib's own dependency)
+
+MS = 1000.0
+
+
+def plot_bench(result: dict, out_dir: Path) -> list[Path]:
+    return [latency_vs_throughput(result, out_dir / "latency-vs-throughput.png"),
+            distributions(result, out_dir / "ttft-tpot-distributions.png")]
+
+
+def latency_vs_throughput(result: dict, path: Path) -> Path:
+    """The serving curve: what each concurrency level buys in throughput and costs in latency."""
+    levels = result["levels"]
+    x = [l["summary"]["output_throughput"] for l in levels]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, key, name in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT", "E2E latency")):
+        for stat, style in (("median", "o-"), ("p99", "s--")):
+            y = [l["summary"][key][stat] for l in levels]
+            ax.plot(x, [v if v is not None else float("nan") for v in y], style, label=stat)
+        for level, xi in zip(levels, x):
+            y = level["summary"][key]["median"]
+            if y is not None:
+                ax.annotate(f"c={level['concurrency']}", (xi, y), textcoords="offset points",
+                            xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("output throughput (tokens/s)")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_title(f"{name} vs throughput")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{result['target']['model']} at {result['target']['url']}")
+    return _save(fig, path)
+
+
+def distributions(result: dict, path: Path) -> Path:
+    """Histograms of TTFT and TPOT per concurrency level: the tails the means hide."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, name in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
+        series = [(level["concurrency"], [r[key] * MS for r in level["records"]
+                                          if r["success"] and r[key] is not None])
+                  for level in result["levels"]]
+        every = [v for _, values in series for v in values]
+        # The same bins for every level, so their shapes can be compared.
+        bins = np.linspace(min(every), max(every), 31) if every else 30
+        for concurrency, values in series:
+            if values:
+                ax.hist(values, bins=bins, alpha=0.5, label=f"c={concurrency} (n={len(values)})")
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("requests")
+        ax.set_title(f"{name} distribution")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    return _save(fig, path)
+
+
+def plot_tune(points: list[dict], path: Path) -> Path:
+    """Goodput of every sweep point; the chosen one green, ones that cannot serve the need grey."""
+    colors = {"chosen": "tab:green", "eligible": "tab:blue", "too short": "tab:gray",
+              "failed": "tab:red", "not run": "lightgray"}
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(points) + 2), 5))
+    labels = [p["label"] for p in points]
+    heights = [p["goodput"] or 0.0 for p in points]
+    ax.bar(range(len(points)), heights, color=[colors[p["role"]] for p in points])
+    for i, point in enumerate(points):
+        if point["role"] in ("failed", "not run"):
+            ax.annotate(point["role"], (i, 0), ha="center", va="bottom", rotation=90, fontsize=8)
+    ax.set_xticks(range(len(points)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("goodput (requests/s)")
+    ax.set_title("tune: goodput per setting")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
+              labels=list(colors), fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

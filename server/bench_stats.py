@@ -1,0 +1,132 @@
+"""The statistics of a load test, computed the way ``vllm bench serve`` computes them.
+
+Pure functions over per-request records, so every figure can be checked by hand
+(tests/test_bench_stats.py) and recomputed from a saved result.  Definitions
+follow vLLM's ``benchmarks/serve.py`` so our numbers and theirs can be compared:
+
+* TTFT: from sending the request to the first streamed chunk that carries a choice;
+* ITL: the gaps between consecutive such chunks;
+* E2E: from sending the request to the LAST such chunk (the usage chunk and
+  ``[DONE]`` that follow are not counted, as in vLLM);
+* TPOT: ``(e2e - ttft) / (output_tokens - 1)``, undefined for one-token replies;
+* throughputs divide by the wall time of the whole run, not a sum of latencies;
+* goodput: requests per second that met every SLO given; a reply of one token
+  counts as TPOT 0, as in vLLM's ``--goodput``.
+
+Only the standard library (and the stdlib-only kv_planner): this runs on GPU
+machines that have vLLM but not our app environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from statistics import fmean
+from typing import Iterable, Optional
+
+from server.kv_planner import percentile
+
+MS = 1000.0
+
+
+@dataclass
+class RequestRecord:
+    """What one request did; times in seconds, ``start_s`` from the start of its run."""
+
+    index: int
+    concurrency: int
+    prompt_tokens: int
+    max_tokens: int
+    start_s: float = 0.0
+    success: bool = False
+    error: str = ""
+    ttft_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+    itl_s: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    output_tokens_from: str = "usage"  # or "chunks" when the server sent no usage
+    finish_reason: Optional[str] = None
+
+    @property
+    def tpot_s(self) -> Optional[float]:
+        return tpot(self.e2e_s, self.ttft_s, self.output_tokens)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tpot_s": self.tpot_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RequestRecord":
+        fields = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+def tpot(e2e_s: Optional[float], ttft_s: Optional[float], output_tokens: int) -> Optional[float]:
+    """Time per output token after the first; None when there is no second token."""
+    if e2e_s is None or ttft_s is None or output_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives in milliseconds; None means no limit on that figure."""
+
+    ttft_ms: Optional[float] = None
+    tpot_ms: Optional[float] = None
+
+    @property
+    def any(self) -> bool:
+        return self.ttft_ms is not None or self.tpot_ms is not None
+
+    def describe(self) -> str:
+        parts = [f"{name} <= {limit:g} ms" for name, limit in
+                 (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms)) if limit is not None]
+        return " and ".join(parts) if parts else "no SLO (goodput = request throughput)"
+
+
+def meets_slo(record: RequestRecord, slo: Slo) -> bool:
+    if not record.success:
+        return False
+    if slo.ttft_ms is not None and (record.ttft_s is None or record.ttft_s * MS > slo.ttft_ms):
+        return False
+    # vLLM's rule: a one-token reply has TPOT 0, so it always meets a TPOT limit.
+    if slo.tpot_ms is not None and (record.tpot_s or 0.0) * MS > slo.tpot_ms:
+        return False
+    return True
+
+
+def distribution_ms(values_s: Iterable[float]) -> dict:
+    """mean, median and p99 in milliseconds; None for each when there are no values."""
+    values = [v * MS for v in values_s]
+    if not values:
+        return {"mean": None, "median": None, "p99": None}
+    return {"mean": fmean(values), "median": percentile(values, 50), "p99": percentile(values, 99)}
+
+
+def summarize(records: list[RequestRecord], duration_s: float, slo: Slo = Slo()) -> dict:
+    """The aggregate figures of one run (one concurrency level)."""
+    done = [r for r in records if r.success]
+    output = sum(r.output_tokens for r in done)
+    prompt = sum(r.prompt_tokens for r in done)
+    per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)
+    return {
+        "requests": len(records),
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "duration_s": duration_s,
+        "total_prompt_tokens": prompt,
+        "total_output_tokens": output,
+        "request_throughput": per_s(len(done)),
+        "output_throughput": per_s(output),
+        "total_token_throughput": per_s(prompt + output),
+        "goodput": per_s(sum(meets_slo(r, slo) for r in done)),
+        "slo": {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "text": slo.describe()},
+        "ttft_ms": distribution_ms(r.ttft_s for r in done if r.ttft_s is not None),
+        "tpot_ms": distribution_ms(r.tpot_s for r in done if r.tpot_s is not None),
+        "itl_ms": distribution_ms(gap for r in done for gap in r.itl_s),
+        "e2e_ms": distribution_ms(r.e2e_s for r in done if r.e2e_s is not None),
+    }
+
+
+def percent_difference(ours: Optional[float], theirs: Optional[float]) -> Optional[float]:
+    """(ours - theirs) / theirs in percent; None when either is missing or theirs is 0."""
+    return (ours - theirs) / theirs * 100 if ours is not None and theirs else None

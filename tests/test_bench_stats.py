@@ -1,0 +1,246 @@
+"""The bench's statistics and pure helpers, on hand-made records with figures worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server import bench
+from server.bench_stats import (RequestRecord, Slo, distribution_ms, meets_slo, percent_difference,
+                                summarize, tpot)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rec(index=0, *, ttft=0.1, e2e=1.0, out=10, prompt=100, itl=(), ok=True) -> RequestRecord:
+    return RequestRecord(index, 1, prompt, out, success=ok, ttft_s=ttft if ok else None,
+                         e2e_s=e2e if ok else None, itl_s=list(itl), output_tokens=out if ok else 0,
+                         error="" if ok else "HTTP 500: boom")
+
+
+# --- per request ---------------------------------------------------------------
+
+def test_tpot_is_decode_time_over_tokens_after_the_first():
+    assert tpot(1.0, 0.1, 10) == pytest.approx(0.1)          # 0.9 s / 9 tokens
+    assert tpot(0.5, 0.2, 4) == pytest.approx(0.1)           # 0.3 s / 3 tokens
+    assert tpot(0.5, 0.2, 1) is None                          # no second token
+    assert tpot(None, 0.2, 10) is None
+    assert rec(ttft=0.25, e2e=2.25, out=5).tpot_s == pytest.approx(0.5)
+
+
+def test_record_round_trips_through_its_dict():
+    record = rec(3, itl=(0.01, 0.02))
+    data = record.as_dict()
+    assert data["tpot_s"] == pytest.approx(0.1)
+    assert RequestRecord.from_dict(json.loads(json.dumps(data))) == record
+
+
+# --- distributions ---------------------------------------------------------------
+
+def test_distribution_mean_median_p99_in_ms():
+    d = distribution_ms([0.010, 0.020, 0.030, 0.040])
+    assert d["mean"] == pytest.approx(25.0)
+    assert d["median"] == pytest.approx(25.0)
+    # linear interpolation like numpy: rank 0.99 x 3 = 2.97 -> 30 + 0.97 x 10
+    assert d["p99"] == pytest.approx(39.7)
+
+
+def test_distribution_of_nothing_is_none():
+    assert distribution_ms([]) == {"mean": None, "median": None, "p99": None}
+
+
+def test_median_of_odd_count_is_the_middle_value():
+    assert distribution_ms([0.005, 0.001, 0.100])["median"] == pytest.approx(5.0)
+
+
+# --- SLOs and goodput --------------------------------------------------------------
+
+def test_meets_slo_checks_every_limit_given():
+    slo = Slo(ttft_ms=200, tpot_ms=50)
+    assert meets_slo(rec(ttft=0.2, e2e=0.65, out=10), slo)         # TTFT 200, TPOT 50: on the limits
+    assert not meets_slo(rec(ttft=0.201, e2e=0.2, out=1), slo)     # TTFT over
+    assert not meets_slo(rec(ttft=0.1, e2e=0.56, out=10), slo)     # TPOT 51.1 ms over
+    assert meets_slo(rec(ttft=0.1, e2e=9.0, out=1), slo)           # one token: TPOT counts as 0 (vLLM)
+    assert not meets_slo(rec(ok=False), Slo())                    # a failed request is never good
+    assert meets_slo(rec(ttft=5.0, e2e=50.0), Slo(tpot_ms=6000))   # only TPOT limited
+
+
+def test_goodput_counts_requests_meeting_all_slos_per_second():
+    records = [
+        rec(0, ttft=0.05, e2e=0.5, out=10),     # TTFT 50, TPOT 50: good
+        rec(1, ttft=0.30, e2e=0.75, out=10),    # TTFT 300: bad
+        rec(2, ttft=0.05, e2e=2.0, out=10),     # TPOT 216.7: bad
+        rec(3, ttft=0.05, e2e=0.05, out=1),     # one token: good
+        rec(4, ok=False),                       # failed: bad
+    ]
+    s = summarize(records, duration_s=2.0, slo=Slo(ttft_ms=100, tpot_ms=100))
+    assert s["goodput"] == pytest.approx(1.0)                 # 2 good / 2 s
+    assert s["request_throughput"] == pytest.approx(2.0)      # 4 completed / 2 s
+    assert s["slo"]["text"] == "TTFT <= 100 ms and TPOT <= 100 ms"
+
+
+def test_without_slo_goodput_equals_request_throughput():
+    s = summarize([rec(0), rec(1), rec(2, ok=False)], duration_s=4.0)
+    assert s["goodput"] == s["request_throughput"] == pytest.approx(0.5)
+    assert "no SLO" in s["slo"]["text"]
+
+
+# --- throughput and aggregates ----------------------------------------------------------
+
+def test_throughputs_divide_by_wall_time_and_skip_failures():
+    records = [rec(0, out=10, prompt=100), rec(1, out=30, prompt=50), rec(2, ok=False, prompt=999)]
+    s = summarize(records, duration_s=2.0)
+    assert (s["requests"], s["completed"], s["failed"]) == (3, 2, 1)
+    assert s["total_output_tokens"] == 40 and s["total_prompt_tokens"] == 150
+    assert s["request_throughput"] == pytest.approx(1.0)
+    assert s["output_throughput"] == pytest.approx(20.0)
+    assert s["total_token_throughput"] == pytest.approx(95.0)
+
+
+def test_itl_pools_the_gaps_of_every_request_and_tpot_skips_one_token_replies():
+    records = [rec(0, ttft=0.1, e2e=0.4, out=4, itl=(0.1, 0.1, 0.1)),
+               rec(1, ttft=0.1, e2e=0.1, out=1, itl=()),
+               rec(2, ttft=0.2, e2e=0.5, out=2, itl=(0.3,))]
+    s = summarize(records, duration_s=1.0)
+    assert s["itl_ms"]["mean"] == pytest.approx(150.0)       # (100 + 100 + 100 + 300) / 4
+    assert s["itl_ms"]["median"] == pytest.approx(100.0)
+    assert s["tpot_ms"]["mean"] == pytest.approx(200.0)      # (100 + 300) / 2; the 1-token reply has none
+    assert s["ttft_ms"]["mean"] == pytest.approx(400 / 3)
+    assert s["e2e_ms"]["median"] == pytest.approx(400.0)
+
+
+def test_zero_duration_gives_zero_rates_not_an_error():
+    s = summarize([], duration_s=0.0)
+    assert s["request_throughput"] == s["goodput"] == 0.0
+
+
+def test_percent_difference():
+    assert percent_difference(105, 100) == pytest.approx(5.0)
+    assert percent_difference(95, 100) == pytest.approx(-5.0)
+    assert percent_difference(1, 0) is None
+
+
+# --- the bench's pure helpers ----------------------------------------------------------------
+
+def test_length_range_follows_vllm_range_ratio():
+    assert bench.length_range(128, 0.0) == (128, 128)
+    assert bench.length_range(100, 0.25) == (75, 125)
+    assert bench.length_range(1, 0.9) == (1, 2)
+
+
+def test_sample_lengths_stay_in_range_and_repeat_with_the_seed():
+    pairs = bench.sample_lengths(200, 100, 50, 0.5, random.Random(1))
+    assert all(50 <= p <= 150 and 25 <= o <= 75 for p, o in pairs)
+    assert len({p for p, _ in pairs}) > 20                    # really spread
+    assert pairs == bench.sample_lengths(200, 100, 50, 0.5, random.Random(1))
+    assert set(bench.sample_lengths(5, 32, 16, 0.0, random.Random(0))) == {(32, 16)}
+
+
+def test_usage_lengths_come_from_recorded_requests():
+    records = [{"prompt_tokens": 300, "completion_tokens": 40},
+               {"prompt_tokens": 0, "completion_tokens": 5},      # no prompt: skipped
+               {"prompt_tokens": 90, "completion_tokens": 0}]     # empty reply: at least 1 token
+    pairs = bench.usage_lengths(records, 50, random.Random(0))
+    assert set(pairs) == {(300, 40), (90, 1)}
+    with pytest.raises(bench.BenchError, match="no request"):
+        bench.usage_lengths([{"prompt_tokens": 0, "completion_tokens": 3}], 5, random.Random(0))
+
+
+def test_check_fits_names_the_limit():
+    bench.check_fits([(900, 124)], 1024)
+    with pytest.raises(bench.BenchError, match=r"1 of 2 requests need more than .*1024 tokens \(up to 1025\)"):
+        bench.check_fits([(900, 124), (1000, 25)], 1024)
+
+
+def test_only_this_machine_is_loaded_unless_the_url_is_given():
+    bench.check_target("http://127.0.0.1:8000", explicit=False)
+    bench.check_target("http://localhost:8000", explicit=False)
+    bench.check_target("http://[::1]:8000", explicit=False)
+    bench.check_target("http://gpu-box:8000", explicit=True)
+    with pytest.raises(bench.BenchError, match="--url http://gpu-box:8000"):
+        bench.check_target("http://gpu-box:8000", explicit=False)
+
+
+def test_vllm_comparison_pairs_figures_of_the_same_concurrency():
+    ours = {"levels": [{"concurrency": c, "summary": summarize(
+        [rec(0, ttft=0.02 * c, e2e=0.5, out=64)], duration_s=1.0)} for c in (1, 4)]}
+    theirs = {"max_concurrency": 4, "request_throughput": 0.8, "output_throughput": 64.0,
+              "total_token_throughput": 200.0, "mean_ttft_ms": 100.0, "median_ttft_ms": 80.0,
+              "mean_tpot_ms": 7.0, "mean_itl_ms": 7.0}             # no e2el: not compared
+    rows = {r["figure"]: r for r in bench.vllm_comparison(ours, theirs)}
+    assert rows["request throughput (req/s)"]["difference_percent"] == pytest.approx(25.0)
+    assert rows["mean TTFT (ms)"]["ours"] == pytest.approx(80.0)
+    assert rows["mean TTFT (ms)"]["difference_percent"] == pytest.approx(-20.0)
+    assert "mean E2E (ms)" not in rows
+
+
+# --- one streamed request, against canned server answers ---------------------------------------
+
+def sse(*events) -> bytes:
+    return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events)
+
+
+async def send_to(handler, body=None) -> RequestRecord:
+    cfg = bench.BenchConfig(url="http://127.0.0.1:1")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        return await bench.send(http, cfg, body or {}, RequestRecord(0, 1, 7, 3))
+
+
+async def test_send_reads_tokens_timings_and_usage():
+    def handler(request):
+        assert request.url.path == "/v1/completions"
+        return httpx.Response(200, content=sse(
+            {"choices": [{"text": "a", "finish_reason": None}]},
+            {"choices": [{"text": "b", "finish_reason": None}]},
+            {"choices": [{"text": "c", "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}, "[DONE]"))
+    record = await send_to(handler)
+    assert record.success and not record.error
+    assert (record.output_tokens, record.output_tokens_from, record.prompt_tokens) == (3, "usage", 9)
+    assert len(record.itl_s) == 2 and record.finish_reason == "length"
+    assert 0 <= record.ttft_s <= record.e2e_s
+
+
+async def test_send_counts_chunks_when_the_server_sends_no_usage():
+    record = await send_to(lambda r: httpx.Response(200, content=sse(
+        {"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}]}, "[DONE]")))
+    assert record.success and (record.output_tokens, record.output_tokens_from) == (2, "chunks")
+
+
+async def test_send_records_http_errors_and_errors_inside_the_stream():
+    record = await send_to(lambda r: httpx.Response(
+        400, json={"error": {"message": "This model's maximum context length is 1024 tokens."}}))
+    assert not record.success and record.error.startswith("HTTP 400: This model's maximum")
+    record = await send_to(lambda r: httpx.Response(200, content=sse(
+        {"choices": [{"text": "a"}]}, {"error": {"message": "engine died"}})))
+    assert not record.success and "engine died" in record.error
+    record = await send_to(lambda r: httpx.Response(200, content=sse("[DONE]")))
+    assert not record.success and "without a token" in record.error
+
+
+def test_completion_body_sends_ignore_eos_and_temperature_only_when_asked():
+    prompt = bench.Prompt("hi", 1, 16)
+    body = bench.completion_body("m", prompt, True, None)
+    assert body["ignore_eos"] is True and "temperature" not in body
+    assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 16
+    body = bench.completion_body("m", prompt, False, 0.0)
+    assert "ignore_eos" not in body and body["temperature"] == 0.0
+
+
+# --- what the GPU machine needs -----------------------------------------------------------------
+
+def test_bench_modules_import_without_the_app_environment():
+    """bench and tune run where vLLM is but our app env is not: no matplotlib, openai or chainlit."""
+    code = ("import sys, server.bench, server.bench_stats, server.tune; "
+            "print(sorted(m for m in ('matplotlib', 'openai', 'chainlit', 'numpy', 'app.engine_client') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
