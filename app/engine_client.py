@@ -66,9 +66,12 @@ async def stream_reply(
 ) -> AsyncIterator[str]:
     """Yield the reply's text pieces as they arrive, filling ``stats`` on the way.
 
-    The stream is used inside ``async with`` so that leaving the loop early (Stop,
-    an error, a cancelled task) closes the HTTP response, which makes vLLM abort
-    the request instead of generating to the end for nobody.
+    The stream is used inside ``async with`` so that leaving early (Stop, an error,
+    a cancelled task) closes the HTTP response, which makes vLLM abort the request
+    instead of generating to the end for nobody.  Consume this generator inside
+    ``contextlib.aclosing``: a cancel that lands in the *consumer's* loop body
+    leaves the generator suspended at ``yield``, and without aclosing its
+    ``async with`` only runs when the garbage collector gets to it, seconds later.
     """
     stream = await client.chat.completions.create(
         model=model,

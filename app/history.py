@@ -22,7 +22,6 @@ Counter = Callable[[list[dict]], Awaitable[int]]
 class Turn:
     user: str
     assistant: str
-    message_id: Optional[str] = None  # the chat's id of the user message, for edits
 
 
 @dataclass
@@ -38,19 +37,10 @@ class Conversation:
         out.append({"role": "user", "content": new_user})
         return out
 
-    def add(self, user: str, assistant: str, message_id: Optional[str] = None) -> None:
+    def add(self, user: str, assistant: str) -> None:
         """Record a finished (or stopped) exchange; an empty reply is not a turn."""
         if assistant.strip():
-            self.turns.append(Turn(user, assistant, message_id))
-
-    def forget_from(self, message_id: Optional[str]) -> int:
-        """An edited message replaces its exchange and everything after it; returns how many."""
-        for index, turn in enumerate(self.turns):
-            if message_id is not None and turn.message_id == message_id:
-                dropped = len(self.turns) - index
-                del self.turns[index:]
-                return dropped
-        return 0
+            self.turns.append(Turn(user, assistant))
 
 
 class TooLong(ValueError):

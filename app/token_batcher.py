@@ -7,6 +7,7 @@ to 1.03 s. 40 ms is below what a reader perceives as stutter.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Awaitable, Callable
 
@@ -32,4 +33,8 @@ class TokenBatcher:
             self._pending.clear()
             self.text += chunk
             await self._send(chunk)
+            # When tokens arrive faster than we read them, the OpenAI stream hands out
+            # buffered chunks without ever suspending, and the websocket writer task
+            # would not run until the reply ends: the browser would get it all at once.
+            await asyncio.sleep(0)
         self._last_flush = self._clock()

@@ -47,6 +47,7 @@ CORPUS = Path(__file__).with_name("demo_corpus.txt")
 LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # Round trips a prompt may take to reach its exact length (vLLM's random dataset uses 10).
 MAX_LENGTH_FIXES = 10
+WARMUP_MAX_TOKENS = 16
 CSV_FIELDS = ["concurrency", "index", "success", "prompt_tokens", "max_tokens", "output_tokens",
               "output_tokens_from", "start_s", "ttft_ms", "tpot_ms", "e2e_ms", "itl_mean_ms",
               "finish_reason", "error"]
@@ -235,8 +236,8 @@ async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
         corpus_ids = await tokenizer.encode(corpus, special=False)
         specials = len(await tokenizer.encode("", special=True))
     except (httpx.HTTPError, ValueError, KeyError):
-        # Not vLLM (no /tokenize): one whitespace-separated word is roughly one token.
-        words = corpus.split()
+        # Not vLLM (no /tokenize): one English word is roughly one token.
+        words = [w for w in corpus.split() if w.isascii()]
         offsets = rng.sample(range(len(words)), min(len(lengths), len(words)))
         prompts = [Prompt(" ".join(words[(offsets[i % len(offsets)] + k) % len(words)]
                                    for k in range(p)), p, o) for i, (p, o) in enumerate(lengths)]
@@ -254,7 +255,7 @@ async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
 
 async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
                      headers: dict) -> AsyncIterator[dict]:
-    """The JSON chunks of an OpenAI-style event stream, until ``[DONE]``.
+    """The JSON chunks of an OpenAI-style event stream, to its end.
 
     Raises StreamError for an HTTP error and for an error sent inside a 200
     stream (vLLM does that, FACTS.md).  Use it under ``aclosing`` so that a
@@ -268,7 +269,9 @@ async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
-                return
+                # Read on to the end of the body: a response left unread closes its
+                # connection, and a new one for each request would add to TTFT.
+                continue
             chunk = json.loads(data)
             if "error" in chunk:
                 raise StreamError(f"error in stream: {error_message(data.encode())}")
@@ -328,6 +331,8 @@ async def warm_up(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
     asked again without it, and the bench goes on without it, saying so.
     """
     ignore_eos = cfg.ignore_eos
+    # A few tokens show that the server works; a long warm-up reply would only cost time.
+    prompts = [replace(p, max_tokens=min(p.max_tokens, WARMUP_MAX_TOKENS)) for p in prompts]
     for i, prompt in enumerate(prompts):
         record = RequestRecord(-1, 0, prompt.prompt_tokens, prompt.max_tokens)
         await send(http, cfg, completion_body(model, prompt, ignore_eos, cfg.temperature), record)
@@ -395,8 +400,12 @@ async def run_level(http: httpx.AsyncClient, cfg: BenchConfig, model: str, promp
 # --- the whole run ---------------------------------------------------------------------
 
 async def run_bench(cfg: BenchConfig, out=print) -> dict:
-    """Every concurrency level of ``cfg``; the result as saved in bench.json."""
-    deadline = time.monotonic() + cfg.max_seconds
+    """Every concurrency level of ``cfg``; the result as saved in bench.json.
+
+    ``cfg.max_seconds`` bounds the load itself, from the first measured request on;
+    building the prompts and the warm-up come before it.
+    """
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
     rng = random.Random(cfg.load.seed)
     levels = list(cfg.concurrencies)
     status = StatusLine("bench")
@@ -417,12 +426,14 @@ async def run_bench(cfg: BenchConfig, out=print) -> dict:
         # Every level gets prompts of its own: repeated ones would be served from the prefix cache.
         prompts, counted_by = await build_prompts(http, cfg, model, lengths, rng, status)
         ignore_eos = await warm_up(http, cfg, model, prompts[:cfg.warmup], out)
+        deadline = time.monotonic() + cfg.max_seconds
         status.done(f"{model} at {cfg.url}: {len(prompts) - cfg.warmup} prompts ready, "
                     f"lengths counted by the {counted_by}")
         results = []
         for n, concurrency in enumerate(levels):
             if time.monotonic() >= deadline:
-                out(f"[bench] time limit reached: concurrency {', '.join(map(str, levels[n:]))} not run")
+                skipped = ", ".join(map(str, levels[n:]))
+                out(f"[bench] time limit reached: concurrency {skipped} not run")
                 break
             first = cfg.warmup + n * cfg.load.num_prompts
             status = StatusLine("bench")
@@ -440,7 +451,7 @@ async def run_bench(cfg: BenchConfig, out=print) -> dict:
                             "records": [r.as_dict() for r in records]})
     return {
         "kind": "ernie-chat bench",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "started": started,
         "target": {"url": cfg.url, "model": model, "max_model_len": max_model_len},
         "params": {**cfg.as_dict(), "ignore_eos_sent": ignore_eos, "prompt_lengths": counted_by},
         "levels": results,
@@ -461,7 +472,7 @@ def render(result: dict) -> str:
     lines = [head, "-" * len(head)]
     for level in result["levels"]:
         s = level["summary"]
-        trio = lambda d: f"{one_decimal(d['mean'])}/{one_decimal(d['median'])}/{one_decimal(d['p99'])}"
+        trio = lambda d: "/".join(one_decimal(d[k]) for k in ("mean", "median", "p99"))
         lines.append(
             f"{level['concurrency']:>5} {s['completed']:>5} {s['failed']:>5} "
             f"{s['request_throughput']:>7.2f} {s['output_throughput']:>10.1f} "
@@ -533,7 +544,8 @@ def render_comparison(rows: list[dict]) -> str:
     lines = [f"{'figure':<32}{'ours':>12}{'vllm bench':>12}{'diff':>9}"]
     for row in rows:
         diff = "-" if row["difference_percent"] is None else f"{row['difference_percent']:+.1f}%"
-        lines.append(f"{row['figure']:<32}{one_decimal(row['ours']):>12}{one_decimal(row['vllm']):>12}{diff:>9}")
+        ours, theirs = one_decimal(row["ours"]), one_decimal(row["vllm"])
+        lines.append(f"{row['figure']:<32}{ours:>12}{theirs:>12}{diff:>9}")
     return "\n".join(lines)
 
 
@@ -571,7 +583,8 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--slo-ttft-ms", type=float, help="goodput counts requests with TTFT at most this")
     load.add_argument("--slo-tpot-ms", type=float, help="goodput counts requests with TPOT at most this")
     load.add_argument("--max-seconds", type=float, default=600.0,
-                      help="stop the load after this long (default 600)")
+                      help="stop the load after this long; requests still running are cancelled "
+                           "(default 600)")
     load.add_argument("--request-timeout-s", type=float, default=300.0,
                       help="give up on a request after this long without a chunk (default 300)")
     load.add_argument("--warmup", type=int, default=1, help="unmeasured requests first (default 1)")
@@ -655,7 +668,8 @@ def show_saved(args: argparse.Namespace) -> int:
     result = json.loads(args.plot_only.read_text(encoding="utf-8"))
     print(render(result))
     if args.compare_vllm:
-        print("\n" + render_comparison(vllm_comparison(result, json.loads(args.compare_vllm.read_text()))))
+        vllm = json.loads(args.compare_vllm.read_text())
+        print("\n" + render_comparison(vllm_comparison(result, vllm)))
     for path in draw_plots(result, args.out or args.plot_only.parent):
         print(f"wrote {path}")
     return 0

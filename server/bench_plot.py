@@ -69,7 +69,7 @@ def distributions(result: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_tune(points: list[dict], path: Path) -> Path:
+def plot_tune(points: list[dict], need: int, path: Path) -> Path:
     """Goodput of every sweep point; the chosen one green, ones that cannot serve the need grey."""
     colors = {"chosen": "tab:green", "eligible": "tab:blue", "too short": "tab:gray",
               "failed": "tab:red", "not run": "lightgray"}
@@ -82,9 +82,10 @@ def plot_tune(points: list[dict], path: Path) -> Path:
             ax.annotate(point["role"], (i, 0), ha="center", va="bottom", rotation=90, fontsize=8)
     ax.set_xticks(range(len(points)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("goodput (requests/s)")
-    ax.set_title("tune: goodput per setting")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
-              labels=list(colors), fontsize=8)
+    ax.set_title(f"tune: goodput per setting (the choice must serve {need} tokens)")
+    roles = [r for r in colors if any(p["role"] == r for p in points)]
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in roles], labels=roles,
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 

@@ -12,6 +12,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from server.settings import DEMO_MODEL, Settings
 
@@ -48,9 +49,10 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def choose_model(settings: Settings, reachable=hub_reachable) -> ModelChoice:
+def choose_model(settings: Settings, reachable=hub_reachable, root: Optional[Path] = None) -> ModelChoice:
+    """``root`` (default: the working directory) anchors a relative ERNIE_DEMO_MODEL_DIR."""
     model = settings.model
-    demo = ModelChoice(str(settings.demo_model_dir), True, "")
+    demo = ModelChoice(str((root or Path.cwd()) / settings.demo_model_dir), True, "")
     if model == DEMO_MODEL:
         return ModelChoice(demo.path, True, "ERNIE_MODEL=demo asks for the built-in demo model.")
     if Path(model).expanduser().is_dir():

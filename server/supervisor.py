@@ -139,7 +139,7 @@ class Stack:
         s = self.settings
         device = resolve_device(s)
         python = provision.ensure_engine_env(s.engine_venv, device, self.root)
-        choice = choose_model(s)
+        choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
         if choice.is_demo:
             provision.ensure_demo_model(Path(choice.path), python, self.root)
@@ -213,7 +213,7 @@ class Stack:
     # --- the app -----------------------------------------------------------
     def prepare_app(self) -> ManagedProcess:
         s = self.settings
-        argv = [sys.executable, "-m", "chainlit", "run", str(self.root / "app" / "app.py"),
+        argv = [sys.executable, "-m", "chainlit", "run", str(self.root / "app" / "chat.py"),
                 "--headless", "--host", s.app_host, "--port", str(s.app_port)]
         # The app gets the supervisor's validated settings, with the engine it started.
         env = {**s.as_env(), "ERNIE_ENGINE_URL": s.engine_base_url,

@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import json
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -150,7 +151,8 @@ def explain(chosen: Outcome, outcomes: list[Outcome], need: int, need_source: st
     text = (f"Chosen: {chosen.point.label()}. It served the {need}-token requests you need "
             f"({need_source}) with the best goodput, {s['goodput']:.2f} requests/s under "
             f"{s['slo']['text']} ({s['output_throughput']:.0f} output tokens/s, TTFT p50 "
-            f"{bench.one_decimal(s['ttft_ms']['median'])} ms, TPOT p50 {bench.one_decimal(s['tpot_ms']['median'])} ms)")
+            f"{bench.one_decimal(s['ttft_ms']['median'])} ms, TPOT p50 "
+            f"{bench.one_decimal(s['tpot_ms']['median'])} ms)")
     if others:
         runner = others[0]
         gap = (s["goodput"] - runner.goodput) / runner.goodput * 100 if runner.goodput else float("inf")
@@ -258,8 +260,8 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
                            lambda: f"starting vLLM ({point.label()}), log {log.name}")
         if not entry:
             outcome.status = "failed"
-            outcome.reason = (failure_reason(log) if not engine.alive()
-                              else "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
+            outcome.reason = (failure_reason(log) if not engine.alive() else
+                              "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
             status.done(f"{point.label()}: {outcome.reason}")
             return
         outcome.startup_s = status.elapsed
@@ -269,14 +271,19 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
         outcome.kv_concurrency = report.max_concurrency
         status.done(f"{point.label()}: ready in {outcome.startup_s:.0f} s, KV cache "
                     f"{report.kv_tokens or '?'} tokens")
+        # The point's time limit bounds the load and every wait for a chunk.
+        left = max(1.0, point_deadline - time.monotonic())
         cfg = replace(sweep_.load, url=url, model=entry.get("id"), api_key=settings.api_key_value,
-                      max_seconds=max(1.0, min(sweep_.load.max_seconds, point_deadline - time.monotonic())))
+                      max_seconds=min(sweep_.load.max_seconds, left),
+                      request_timeout_s=min(sweep_.load.request_timeout_s, left))
         result = asyncio.run(bench.run_bench(cfg))
         bench.save(result, sweep_.out_dir / f"point-{n:02d}", plots=False)
         outcome.summary = result["levels"][0]["summary"] if result["levels"] else None
-        outcome.status = "measured" if outcome.summary else "failed"
-        if not outcome.summary:
-            outcome.reason = "the time limit left no time for the load"
+        outcome.status = "measured"
+        if not engine.alive():
+            outcome.status, outcome.reason = "failed", f"vLLM exited under load: {failure_reason(log)}"
+        elif not outcome.summary:
+            outcome.status, outcome.reason = "failed", "the time limit left no time for the load"
     except bench.BenchError as exc:
         outcome.status, outcome.reason = "failed", str(exc)
     finally:
@@ -341,7 +348,8 @@ def save(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, need_sou
     paths = [path]
     try:
         from server import bench_plot
-        paths.append(bench_plot.plot_tune(plot_rows(outcomes, chosen, need), sweep_.out_dir / "tune.png"))
+        rows = plot_rows(outcomes, chosen, need)
+        paths.append(bench_plot.plot_tune(rows, need, sweep_.out_dir / "tune.png"))
     except ImportError as exc:
         print(f"[tune] plot skipped ({exc})")
     return paths
@@ -357,8 +365,8 @@ def needed_max_model_len(args: argparse.Namespace, settings: Settings, device: s
         from server.plan_report import usage_report
         try:
             usage = usage_report(settings.usage_log, kp.BLOCK_SIZE[device], None)
-            return (usage["recommended_max_model_len"],
-                    f"`plan --from-usage` advice from {usage['requests']} requests in {settings.usage_log}")
+            return (usage["recommended_max_model_len"], f"`plan --from-usage` advice from "
+                    f"{usage['requests']} requests in {settings.usage_log}")
         except ValueError:
             pass  # a log without usable records: fall back to the setting
     return settings.max_model_len, "ERNIE_MAX_MODEL_LEN"
@@ -394,6 +402,16 @@ def build_points(args: argparse.Namespace, settings: Settings, device: str) -> l
     return points
 
 
+def engine_python(given: Optional[Path], settings: Settings) -> Path:
+    """--engine-python (a path, or a command on PATH such as python3), else the engine env's."""
+    python = given or provision.venv_python(ROOT / settings.engine_venv)
+    found = python if python.exists() else shutil.which(str(python))
+    if not found:
+        raise TuneError(f"No engine Python at {python}: run ./scripts/up once, or pass "
+                        "--engine-python with vLLM installed.")
+    return Path(found)
+
+
 def resolve_model(args: argparse.Namespace, settings: Settings, python: Path) -> str:
     """--model, else ERNIE_MODEL, resolved as `up` does (a cached hub id, a folder or the demo)."""
     choice = choose_model(settings.model_copy(update={"model": args.model or settings.model}))
@@ -419,12 +437,16 @@ def add_parser(sub) -> None:
                       help="longest request the choice must serve (default: `plan --from-usage` "
                            "advice when a usage log exists, else ERNIE_MAX_MODEL_LEN)")
     tune.add_argument("--model", help="checkpoint folder or hub id (default ERNIE_MODEL, as `up`)")
-    tune.add_argument("--engine-python", type=Path, help="Python with vLLM (default .venv-engine)")
-    tune.add_argument("--engine-args", default="", help='more vLLM flags, e.g. "--load-format dummy"')
+    tune.add_argument("--engine-python", type=Path,
+                      help="Python with vLLM: a path or a command (default .venv-engine's)")
+    tune.add_argument("--engine-args", default="",
+                      help='more vLLM flags for every point, e.g. "--load-format dummy" or '
+                           '--engine-args=--enforce-eager (one flag needs the =)')
     tune.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
     tune.add_argument("--point-timeout-s", type=float, default=900, help="start + bench of one point")
     tune.add_argument("--total-timeout-s", type=float, default=3 * 3600, help="the whole sweep")
-    tune.add_argument("--out", type=Path, help="results folder (default benchmarks/results/tune-<time>/)")
+    tune.add_argument("--out", type=Path,
+                      help="results folder (default benchmarks/results/tune-<time>/)")
     tune.add_argument("--write-env", action="store_true", help="write the chosen ERNIE_* values to .env")
     tune.add_argument("--env-file", type=Path, default=Path(".env"), help="the file --write-env updates")
     bench.add_load_arguments(tune)
@@ -442,14 +464,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if max(p.max_model_len for p in points) < need:
             raise TuneError(f"No point of the sweep has a max-model-len of {need} or more, which "
                             f"you need ({need_source}): add one to --max-model-len.")
-        python = args.engine_python or provision.venv_python(ROOT / settings.engine_venv)
-        if not Path(python).exists():
-            raise TuneError(f"No engine Python at {python}: run ./scripts/up once, or pass "
-                            "--engine-python with vLLM installed.")
+        python = engine_python(args.engine_python, settings)
         load = bench.config_from_args(args, settings, url="http://127.0.0.1")
         out_dir = args.out or bench.RESULTS_DIR / time.strftime("tune-%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
-        sweep_ = Sweep(settings, resolve_model(args, settings, Path(python)), device, Path(python),
+        sweep_ = Sweep(settings, resolve_model(args, settings, python), device, python,
                        args.engine_args, load, out_dir, args.point_timeout_s,
                        time.monotonic() + args.total_timeout_s, points)
     except (TuneError, bench.BenchError, FileNotFoundError, provision.StepFailed) as exc:

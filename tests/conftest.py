@@ -19,8 +19,9 @@ from server.settings import load_settings
 from server.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
-# Small enough that the context-fitting tests hit the limit with short texts.
-TEST_MAX_MODEL_LEN = 1024
+# Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo
+# model decodes ~400 tokens/s here), small enough for the fitting tests to reach.
+TEST_MAX_MODEL_LEN = 4096
 
 
 def engine_settings(tmp: Path, **overrides):
@@ -89,7 +90,7 @@ def start_app(tmp: Path, **overrides):
 
 
 # Replies of a known length: ignore_eos makes every reply run to max_tokens.
-APP_MAX_TOKENS = 900
+APP_MAX_TOKENS = 3000
 
 
 @pytest.fixture(scope="session")

@@ -68,11 +68,18 @@ def wait_reply_done(page, timeout_s=120):
     page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
 
 
-def wait_metric(base_url, name, value, why, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while metric(base_url, name) != value:
-        assert time.monotonic() < deadline, why
-        time.sleep(0.02)
+def assert_generation_cut_short(base_url, generated_before):
+    """After Stop: nothing runs in vLLM within 2 s, and the reply never reached its length.
+
+    /metrics is not read before the Stop: on 2 busy cores vLLM may answer it only after
+    generating the whole reply.
+    """
+    deadline = time.monotonic() + 2
+    while metric(base_url, "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline, "vLLM still generating 2 s after Stop"
+        time.sleep(0.05)
+    generated = metric(base_url, "vllm:generation_tokens_total") - generated_before
+    assert generated < APP_MAX_TOKENS / 2, f"{generated:.0f} tokens generated: Stop did not abort"
 
 
 def last_assistant_text(page):
@@ -105,40 +112,30 @@ def test_stop_ends_generation_on_the_server_and_keeps_the_text(page_factory, eng
     settings, _ = engine
     page = open_chat(page_factory, chat_app)
     before = page.locator(ASSISTANT).count()
+    generated_before = metric(settings.engine_base_url, "vllm:generation_tokens_total")
     send(page, "Tell me a long story.")
     reply = page.locator(ASSISTANT).nth(before)
     reply.wait_for(timeout=60_000)
     page.wait_for_function(
         f"document.querySelectorAll('{ASSISTANT}')[{before}]?.innerText.length > 20", timeout=60_000)
-    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 1, "the reply is not running")
     page.locator("#stop-button").click()
-    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 0,
-                "vLLM still generating 2 s after Stop", timeout_s=2)
+    assert_generation_cut_short(settings.engine_base_url, generated_before)
     page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=10_000)
     assert len(reply.inner_text()) > 20, "the stopped reply lost its text"
 
 
-def test_stop_after_editing_a_message(page_factory, engine, chat_app):
-    """Chainlit does not register an edited message's re-run with Stop; we do (FACTS.md)."""
-    settings, _ = engine
+def test_messages_cannot_be_edited_so_stop_always_works(page_factory, chat_app):
+    """After an edit, Chainlit 2.12 re-runs the message with Stop disabled; editing is off."""
     page = open_chat(page_factory, chat_app)
     send(page, "hello")
     wait_reply_done(page)
-    user_message = page.locator(USER).last
-    user_message.hover()
-    user_message.locator(".edit-message").click()
-    page.locator("#edit-chat-input").fill("Tell me a much longer story instead.")
-    page.locator(".confirm-edit").click()
-    page.locator("#stop-button").wait_for(timeout=30_000)
-    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 1, "the edit was not re-run")
-    page.locator("#stop-button").click()
-    wait_metric(settings.engine_base_url, "vllm:num_requests_running", 0,
-                "vLLM still generating 2 s after Stop on an edited message", timeout_s=2)
+    page.locator(USER).last.hover()
+    assert page.locator(USER).last.locator(".edit-message").count() == 0
 
 
 def test_over_long_paste_gets_a_clear_message(page_factory, chat_app):
     page = open_chat(page_factory, chat_app)
-    send(page, "weather " * 3000)
+    send(page, "weather " * 6000)
     message = page.get_by_text(re.compile(r"Your message is \d+ tokens long; the model takes at most \d+"))
     message.wait_for(timeout=60_000)
     tokens, limit = map(int, re.findall(r"\d+", message.inner_text())[:2])

@@ -38,10 +38,10 @@ def cache_snapshot(tmp_path, repo_id: str, with_config: bool = True):
         (snapshot / "config.json").write_text("{}")
 
 
-def test_demo_asks_for_the_demo_model():
-    choice = choose_model(settings("demo"), reachable=never_called)
+def test_demo_asks_for_the_demo_model(tmp_path):
+    choice = choose_model(settings("demo"), reachable=never_called, root=tmp_path)
     assert choice.is_demo
-    assert choice.path == ".cache/demo-model"
+    assert choice.path == str(tmp_path / ".cache" / "demo-model")  # anchored at the project
 
 
 def test_existing_folder_is_served_as_it_is(tmp_path):
@@ -80,10 +80,10 @@ def test_incomplete_cache_entry_does_not_count(tmp_path):
     assert not in_hub_cache(HUB_ID)
 
 
-def test_hub_id_not_cached_and_hub_unreachable_falls_back_to_demo():
-    choice = choose_model(settings(HUB_ID), reachable=lambda: False)
+def test_hub_id_not_cached_and_hub_unreachable_falls_back_to_demo(tmp_path):
+    choice = choose_model(settings(HUB_ID), reachable=lambda: False, root=tmp_path)
     assert choice.is_demo
-    assert choice.path == ".cache/demo-model"
+    assert choice.path == str(tmp_path / ".cache" / "demo-model")
     assert "huggingface.co" in choice.reason
     assert HUB_ID in choice.reason
 

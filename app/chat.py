@@ -1,6 +1,6 @@
 """The Chainlit chat: streams replies from the engine, fitted to its context window.
 
-Run by the supervisor as ``chainlit run app/app.py --headless``.  The handlers
+Run by the supervisor as ``chainlit run app/chat.py --headless``.  The handlers
 stay thin: streaming, history fitting, texts, personas, the settings panel and
 saved chats live in their own modules.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import aclosing
 from pathlib import Path
 from typing import Optional
 
@@ -129,8 +130,8 @@ async def on_settings_update(values: dict) -> None:
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
-    # Chainlit does not register the task of an edited message's re-run, so Stop
-    # would not reach it; on_stop cancels this task itself (FACTS.md).
+    # Stop must reach this task whatever path started it (FACTS.md: Chainlit does not
+    # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
     if not message.content.strip():
         await notice(text(lang(), "empty"))
@@ -139,7 +140,6 @@ async def on_message(message: cl.Message) -> None:
         await show_status()
         return
     conversation: Conversation = cl.user_session.get("conversation")
-    conversation.forget_from(message.id)  # an edit re-sends a message under its old id
     params: ChatParams = cl.user_session.get("params")
     try:
         model, max_len = await engine_model()
@@ -161,18 +161,20 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
+    pieces = ec.stream_reply(
+        cl.user_session.get("client"), model, messages, stats,
+        temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
+        extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
+    )
     try:
-        async for piece in ec.stream_reply(
-            cl.user_session.get("client"), model, messages, stats,
-            temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
-            extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
-        ):
-            await batcher.add(piece)
+        async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
+            async for piece in pieces:
+                await batcher.add(piece)
         await batcher.flush()
     except asyncio.CancelledError:
         # Stop: keep what was shown, as a real turn; the notice is not history.
         await batcher.flush()
-        conversation.add(message.content, batcher.text, message.id)
+        conversation.add(message.content, batcher.text)
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
@@ -183,7 +185,7 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
             await reply.send()
         await say_error(exc)
         return
-    conversation.add(message.content, batcher.text, message.id)
+    conversation.add(message.content, batcher.text)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
@@ -238,7 +240,7 @@ def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
             pending = step
         elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and pending:
             reply = (step.get("output") or "").split(FIGURES_MARK)[0]
-            conversation.add(pending.get("output") or "", reply, pending.get("id"))
+            conversation.add(pending.get("output") or "", reply)
             pending = None
     return conversation
 

@@ -1,0 +1,94 @@
+"""`ernie-chat bench` against the REAL vLLM (CPU build, demo model) of the test session."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+import pytest
+
+from server import cli
+from tests.conftest import metric
+
+pytestmark = pytest.mark.engine
+
+
+def bench(*argv) -> int:
+    return cli.main(["bench", *argv])
+
+
+def test_short_bench_run_is_complete_and_consistent(engine, tmp_path):
+    settings, _ = engine
+    out = tmp_path / "run"
+    code = bench("--url", settings.engine_base_url, "--num-prompts", "8", "--concurrency", "1,2",
+                 "--input-len", "32", "--output-len", "16", "--slo-ttft-ms", "60000",
+                 "--out", str(out))
+    assert code == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert result["target"]["model"] == settings.served_model_name
+    assert result["params"]["ignore_eos_sent"] is True
+    assert result["params"]["prompt_lengths"].startswith("server tokenizer")
+    assert result["arguments"]["num_prompts"] == 8 and "api_key" not in result["arguments"]
+    assert [level["concurrency"] for level in result["levels"]] == [1, 2]
+    for level in result["levels"]:
+        records, s = level["records"], level["summary"]
+        assert len(records) == 8 and sorted(r["index"] for r in records) == list(range(8))
+        for r in records:
+            assert r["success"], r["error"]
+            # ignore_eos: every reply is exactly max_tokens, as the server's usage says.
+            assert (r["output_tokens"], r["output_tokens_from"], r["finish_reason"]) == (16, "usage", "length")
+            assert r["prompt_tokens"] == 32                  # /tokenize made the prompt exact
+            assert 0 < r["ttft_s"] < r["e2e_s"]
+            assert len(r["itl_s"]) >= 1 and sum(r["itl_s"]) == pytest.approx(r["e2e_s"] - r["ttft_s"])
+            assert r["tpot_s"] == pytest.approx((r["e2e_s"] - r["ttft_s"]) / 15)
+        assert (s["completed"], s["failed"]) == (8, 0)
+        assert s["total_output_tokens"] == 128 and s["total_prompt_tokens"] == 256
+        assert s["request_throughput"] > 0 and s["goodput"] == pytest.approx(s["request_throughput"])
+        assert s["output_throughput"] == pytest.approx(16 * s["request_throughput"])
+        assert s["ttft_ms"]["median"] <= s["ttft_ms"]["p99"]
+    rows = list(csv.DictReader((out / "requests.csv").open()))
+    assert len(rows) == 16 and {row["concurrency"] for row in rows} == {"1", "2"}
+    assert all(float(row["ttft_ms"]) < float(row["e2e_ms"]) for row in rows)
+    for png in ("latency-vs-throughput.png", "ttft-tpot-distributions.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_only_redraws_from_the_json(engine, tmp_path):
+    settings, _ = engine
+    out = tmp_path / "gpu-like"
+    assert bench("--url", settings.engine_base_url, "--num-prompts", "2", "--input-len", "16",
+                 "--output-len", "4", "--no-plots", "--out", str(out)) == 0
+    assert not list(out.glob("*.png"))
+    assert bench("--plot-only", str(out / "bench.json")) == 0
+    assert len(list(out.glob("*.png"))) == 2
+
+
+def test_load_stops_at_max_seconds_and_the_engine_drops_the_requests(engine, tmp_path):
+    settings, _ = engine
+    started = time.monotonic()
+    bench("--url", settings.engine_base_url, "--num-prompts", "40", "--concurrency", "2",
+          "--input-len", "16", "--output-len", "900", "--max-seconds", "3", "--no-plots",
+          "--out", str(tmp_path))
+    assert time.monotonic() - started < 30           # prompts, warm-up, 3 s of load, saving
+    level = json.loads((tmp_path / "bench.json").read_text())["levels"][0]
+    cancelled = [r for r in level["records"] if "max-seconds" in r["error"]]
+    assert cancelled and level["summary"]["not_sent"] > 0
+    # Closing the streams aborted the requests in vLLM.
+    deadline = time.monotonic() + 10
+    while metric(settings.engine_base_url, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric(settings.engine_base_url, "vllm:num_requests_running") == 0
+
+
+def test_app_overhead_reports_its_figures(engine, tmp_path):
+    settings, _ = engine
+    code = bench("--url", settings.engine_base_url, "--app-overhead", "--repetitions", "2",
+                 "--input-len", "32", "--output-len", "32", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "app-overhead.json").read_text())
+    s = result["summary"]
+    assert s["repetitions"] == 2 and len(result["samples"]) == 4
+    assert {x["path"] for x in result["samples"]} == {"app", "direct"}
+    assert all(x["tokens"] == 32 for x in result["samples"])
+    assert s["tokens_per_s_ratio"] > 0 and s["added_ttft_ms_p50"] is not None
+    assert code == (0 if s["meets_targets"] else 1)
