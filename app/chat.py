@@ -66,16 +66,21 @@ async def engine_model() -> tuple[str, int]:
     return name, max_len or SETTINGS.max_model_len
 
 
+async def show_error(content: str) -> None:
+    message = cl.ErrorMessage(content=content)
+    message.metadata = {"kind": "error"}  # ErrorMessage takes no metadata argument
+    await message.send()
+
+
 async def say_error(exc: BaseException) -> None:
     kind = ec.error_kind(exc)
     if kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    await cl.ErrorMessage(content=text(
-        lang(), kind, url=SETTINGS.engine_base_url, seconds=SETTINGS.request_timeout_s,
-        model=SETTINGS.served_model_name, detail=detail[:300],
-    ), metadata={"kind": "error"}).send()
+    await show_error(text(lang(), kind, url=SETTINGS.engine_base_url,
+                          seconds=SETTINGS.request_timeout_s, model=SETTINGS.served_model_name,
+                          detail=detail[:300]))
 
 
 # --- chat set-up ---------------------------------------------------------------
@@ -145,8 +150,7 @@ async def on_message(message: cl.Message) -> None:
         model, max_len = await engine_model()
         fitted = await fit(conversation, message.content, _counter(model), max_len, params.max_tokens)
     except TooLong as exc:
-        await cl.ErrorMessage(content=text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit),
-                              metadata={"kind": "error"}).send()
+        await show_error(text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit))
         return
     except Exception as exc:
         await say_error(exc)

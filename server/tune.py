@@ -37,7 +37,7 @@ from server.device import resolve_device
 from server.engine_args import cpu_kv_cache_gib, engine_command
 from server.model_source import choose_model
 from server.processes import ManagedProcess, free_port
-from server.progress import StatusLine
+from server.progress import StatusLine, StepFailed
 from server.settings import Settings, env_name, load_settings
 from server.supervisor import Shutdown, _raise_shutdown, probe_engine, wait_until
 from server.vllm_log import START_MARKER, parse_kv_report, read_tail
@@ -471,7 +471,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         sweep_ = Sweep(settings, resolve_model(args, settings, python), device, python,
                        args.engine_args, load, out_dir, args.point_timeout_s,
                        time.monotonic() + args.total_timeout_s, points)
-    except (TuneError, bench.BenchError, FileNotFoundError, provision.StepFailed) as exc:
+    except (TuneError, bench.BenchError, FileNotFoundError, StepFailed) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     print(f"[tune] {len(points)} point(s) on {device}, model {sweep_.model}; the choice must serve "

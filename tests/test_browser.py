@@ -63,9 +63,17 @@ def send(page, text):
     page.keyboard.press("Enter")
 
 
-def wait_reply_done(page, timeout_s=120):
-    """A reply is finished when the Stop button is gone (FACTS.md)."""
+def ask(page, text, timeout_s=120):
+    """Send ``text`` and return the reply's text once it is finished.
+
+    A reply is finished when the Stop button is gone (FACTS.md); a short reply can come
+    and go before the button is seen, so first wait for the new message itself.
+    """
+    before = page.locator(ASSISTANT).count()
+    send(page, text)
+    page.locator(ASSISTANT).nth(before).wait_for(timeout=timeout_s * 1000)
     page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
+    return page.locator(ASSISTANT).last.inner_text()
 
 
 def assert_generation_cut_short(base_url, generated_before):
@@ -80,10 +88,6 @@ def assert_generation_cut_short(base_url, generated_before):
         time.sleep(0.05)
     generated = metric(base_url, "vllm:generation_tokens_total") - generated_before
     assert generated < APP_MAX_TOKENS / 2, f"{generated:.0f} tokens generated: Stop did not abort"
-
-
-def last_assistant_text(page):
-    return page.locator(ASSISTANT).last.inner_text()
 
 
 def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app, tmp_path):
@@ -127,8 +131,7 @@ def test_stop_ends_generation_on_the_server_and_keeps_the_text(page_factory, eng
 def test_messages_cannot_be_edited_so_stop_always_works(page_factory, chat_app):
     """After an edit, Chainlit 2.12 re-runs the message with Stop disabled; editing is off."""
     page = open_chat(page_factory, chat_app)
-    send(page, "hello")
-    wait_reply_done(page)
+    ask(page, "hello")
     page.locator(USER).last.hover()
     assert page.locator(USER).last.locator(".edit-message").count() == 0
 
@@ -158,18 +161,15 @@ def test_settings_panel_changes_the_next_reply(page_factory, chat_app):
     slider.focus()
     page.keyboard.press("Home")  # the minimum: 16 tokens
     page.get_by_role("button", name=re.compile("Confirm|确认")).click()
-    send(page, "hello")
-    wait_reply_done(page)
-    assert re.search(r"\+ 16 reply tokens", last_assistant_text(page)), last_assistant_text(page)
+    reply = ask(page, "hello")
+    assert re.search(r"\+ 16 reply tokens", reply), reply
 
 
 def test_chinese_ui_and_welcome(page_factory, chat_app):
     page = open_chat(page_factory, chat_app, locale="zh-CN")
     assert "你好" in page.locator(ASSISTANT).first.inner_text()
     assert "演示模型" in page.locator(ASSISTANT).first.inner_text()
-    send(page, "你好")
-    wait_reply_done(page)
-    assert "首字" in last_assistant_text(page)
+    assert "首字" in ask(page, "你好")
 
 
 def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
@@ -177,10 +177,8 @@ def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
     page.locator("#email").fill("alice")
     page.locator("#password").fill("wonderland")
     page.keyboard.press("Enter")
-    page.locator("#chat-input").wait_for(timeout=30_000)
-    send(page, "Remember the word apricot.")
-    wait_reply_done(page)
-    first = last_assistant_text(page)
+    page.locator(ASSISTANT).first.wait_for(timeout=30_000)  # logged in: the welcome
+    first = ask(page, "Remember the word apricot.")
     first_prompt = int(re.search(r"(\d+) prompt", first).group(1))
 
     page.locator("#new-chat-button").click()
@@ -189,9 +187,8 @@ def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
         confirm.click()
     page.locator("#thread-history").get_by_text("Remember the word apricot.").first.click()
     page.locator(USER).first.wait_for(timeout=30_000)
-    send(page, "Which word?")
-    wait_reply_done(page)
-    second = last_assistant_text(page)
+    page.get_by_text(re.compile(r"\d+ prompt \+ 24 reply tokens")).first.wait_for(timeout=30_000)
+    second = ask(page, "Which word?")
     second_prompt = int(re.search(r"(\d+) prompt", second).group(1))
     # The resumed chat sent the earlier exchange (24 reply tokens) back to the model.
     assert second_prompt > first_prompt + 20, (first_prompt, second_prompt)
