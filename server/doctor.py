@@ -142,6 +142,13 @@ RULES: list[Rule] = [
                     r"([\d.]+) tokens/s, Running: \d+ reqs, Waiting: (\d+) reqs"), _slow_prefill),
 ]
 
+# Failures of the settings or the model: restarting the engine unchanged cannot help.
+NOT_FIXED_BY_RESTART = {
+    "max_model_len_too_large", "no_kv_cache_memory", "max_model_len_above_model_limit",
+    "model_not_found", "unsupported_architecture", "port_in_use", "cpu_attention_unsupported",
+    "free_memory_below_utilization",
+}
+
 # Slow prefill is only worth a finding when requests wait for a prompt rate this low.
 SLOW_PREFILL_TOKENS_PER_S = 200.0
 SLOW_PREFILL_MIN_WAITING = 4

@@ -20,8 +20,10 @@ from typing import Optional
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int):
+def _die_with_parent(parent_pid: int, nice: int = 0):
     def preexec() -> None:
+        if nice:
+            os.nice(nice)
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -36,9 +38,10 @@ class ManagedProcess:
     """One child process in its own group, its output appended to a log file."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, *,
-                 env: Optional[dict] = None, cwd: Optional[Path] = None, marker: str = ""):
+                 env: Optional[dict] = None, cwd: Optional[Path] = None, marker: str = "",
+                 nice: int = 0):
         self.name, self.argv, self.log_path = name, argv, log_path
-        self.env, self.cwd, self.marker = env, cwd, marker
+        self.env, self.cwd, self.marker, self.nice = env, cwd, marker, nice
         self.proc: Optional[subprocess.Popen] = None
         self.started_at = 0.0
 
@@ -51,7 +54,7 @@ class ManagedProcess:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(self.env or {})}, cwd=self.cwd,
-                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                start_new_session=True, preexec_fn=_die_with_parent(os.getpid(), self.nice),
             )
         self.started_at = time.monotonic()
 
@@ -65,6 +68,12 @@ class ManagedProcess:
     @property
     def returncode(self) -> Optional[int]:
         return self.proc.poll() if self.proc else None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: for a hung process that ignores SIGTERM."""
+        if self.proc is not None:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the whole group, then SIGKILL what is left after ``grace_s``."""

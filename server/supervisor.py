@@ -37,6 +37,10 @@ ROOT = provision.ROOT
 BACKOFF_CAP_S = 30.0
 # A process that stayed up this long is healthy again: its restart count resets.
 STABLE_AFTER_S = 120.0
+# A live engine that fails every /health probe this long is hung (e.g. SIGSTOP, a
+# deadlocked GPU): probing every 5 s with a 3 s timeout.
+HEALTH_EVERY_S, HEALTH_TIMEOUT_S, HUNG_AFTER_S = 5.0, 3.0, 15.0
+CPU_ENGINE_NICE = 10
 
 
 class Shutdown(Exception):
@@ -107,6 +111,8 @@ class Stack:
         self.app: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
         self._model_is_demo = False
+        self._last_probe = 0.0
+        self._unhealthy_since: Optional[float] = None
         self.plan: Optional[kp.Plan] = None
 
     @property
@@ -147,8 +153,12 @@ class Stack:
         command = engine_command(s, choice.path, device, python)
         self.out(f"[engine] {device}: {command.printable()}")
         self._model_is_demo = choice.is_demo
+        # On CPU, vLLM's engine pins a core and its API server streams hundreds of
+        # tokens/s on the other: a lower priority keeps the chat and the browser
+        # responsive (and Stop prompt) on a small machine.
         return ManagedProcess("engine", command.argv, self.log_path, env=command.env,
-                              cwd=self.root, marker=doctor.START_MARKER)
+                              cwd=self.root, marker=doctor.START_MARKER,
+                              nice=CPU_ENGINE_NICE if device == "cpu" else 0)
 
     def preflight(self, model: str, device: str) -> Optional[kp.Plan]:
         """Refuse settings that cannot work; return the KV plan to compare with vLLM's."""
@@ -183,6 +193,7 @@ class Stack:
             raise StartupFailed(self.explain_engine_failure(f"vLLM {reason}."))
         status.done(f"vLLM ready at {s.engine_base_url}")
         write_state(s, "ready")
+        self._unhealthy_since = None
         self.info = EngineInfo(entry.get("id", s.served_model_name), self._model_is_demo,
                                int(entry.get("max_model_len") or s.max_model_len))
         return self.info
@@ -248,10 +259,14 @@ class Stack:
         self.start_app()
 
     def watch(self) -> str:
-        """Restart whichever process dies; return why, once one cannot be kept up."""
+        """Restart whichever process dies or hangs; return why, once one cannot be kept up."""
         failures = {"engine": 0, "app": 0}
         while True:
-            for proc, restart in ((self.engine, self._restart_engine), (self.app, self.start_app)):
+            if self.engine_hung():
+                self.out(f"[engine] /health has not answered for {HUNG_AFTER_S:.0f} s: the engine "
+                         "is hung; killing it")
+                self.engine.kill()
+            for proc, restart in ((self.engine, self.start_engine), (self.app, self.start_app)):
                 if proc is None or proc.alive():
                     if proc is not None and time.monotonic() - proc.started_at > STABLE_AFTER_S:
                         failures[proc.name] = 0
@@ -261,6 +276,10 @@ class Stack:
                 if proc.name == "engine":
                     write_state(self.settings, "restarting")
                     self.out(self.explain_engine_failure("The engine stopped."))
+                    final = self.unrecoverable()
+                    if final:
+                        write_state(self.settings, "failed", reason=final)
+                        return final
                 if failures[proc.name] > self.settings.max_restarts:
                     return (f"The {proc.name} failed {failures[proc.name]} times in a row; giving "
                             f"up (ERNIE_MAX_RESTARTS={self.settings.max_restarts}).")
@@ -274,8 +293,33 @@ class Stack:
                     self.out(str(exc))
             time.sleep(0.5)
 
-    def _restart_engine(self) -> None:
-        self.start_engine()
+    def engine_hung(self) -> bool:
+        """True once a running engine has failed every /health probe for HUNG_AFTER_S."""
+        if self.engine is None or not self.engine.alive() or self.info is None:
+            return False
+        now = time.monotonic()
+        if now - self._last_probe < HEALTH_EVERY_S:
+            return False
+        self._last_probe = now
+        try:
+            healthy = httpx.get(f"{self.settings.engine_base_url}/health",
+                                timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        if healthy:
+            self._unhealthy_since = None
+            return False
+        self._unhealthy_since = self._unhealthy_since or now
+        return now - self._unhealthy_since >= HUNG_AFTER_S
+
+    def unrecoverable(self) -> Optional[str]:
+        """A final message when the log shows a failure that a restart cannot fix."""
+        findings = doctor.diagnose(read_tail(self.log_path), since_last_start=True)
+        fatal = [f for f in findings if f.key in doctor.NOT_FIXED_BY_RESTART]
+        if not fatal:
+            return None
+        return ("The engine cannot start with these settings, so it is not restarted: "
+                + "; ".join(f"{f.title}. Fix: {f.fix}" for f in fatal))
 
     def stop(self) -> None:
         for proc in (self.app, self.engine):

@@ -1,0 +1,213 @@
+"""`ernie-chat qa-load`: its figures on hand-made chats, then 100 real chats at once.
+
+The live tests drive the real app (Chainlit, the session's CPU vLLM, demo model)
+through its websocket.  The figures tests need nothing running, so they carry no
+``engine`` mark and stay in quick runs (``-m "not engine"``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from server import cli, qa_load
+from server.qa_load import SessionRecord, count_crossed, summarize
+from tests.conftest import start_app
+
+# Short replies: 100 of them are generated together in seconds on 2 cores, not minutes.
+QA_MAX_TOKENS = 16
+QA_SESSIONS = 100
+# Well under the suite's patience; the run takes ~15-40 s here, depending on the other load.
+QA_TIMEOUT_S = 110
+
+
+FIGURES = "\n\n*⏱ 95 ms to first token · 40.0 tok/s · 20 prompt + 16 reply tokens*"
+
+
+def chat(index: int, *, streamed: str = "Hello there", final: str | None = None,
+         ttft_s: float = 0.1, total_s: float = 0.5, ids=(), tags=()) -> SessionRecord:
+    """A chat that got a reply: by default the streamed text plus the figures, as the app sends it."""
+    record = SessionRecord(index, f"[qa abcdef s{index:03d}]", "prompt", welcomed=True,
+                           ttft_s=ttft_s, total_s=total_s, streamed=streamed,
+                           final=streamed + FIGURES if final is None else final)
+    record.message_ids = set(ids) or {f"welcome-{index}", f"reply-{index}"}
+    record.tags_seen = set(tags)
+    return record
+
+
+def lost(index: int, error: str) -> SessionRecord:
+    return SessionRecord(index, f"[qa abcdef s{index:03d}]", "prompt", welcomed=True, error=error)
+
+
+# --- figures on hand-made chats -------------------------------------------------
+
+def test_all_good_chats_pass_with_percentiles_of_their_times():
+    records = [chat(i, ttft_s=(i + 1) / 10, total_s=(i + 1) / 2) for i in range(10)]  # 0.1 .. 1.0 s
+    s = summarize(records, wall_s=3.0)
+    assert s["ok"] and s["complete"] == 10
+    assert (s["lost"], s["crossed"], s["incomplete"], s["errors"]) == (0, 0, 0, 0)
+    assert s["ttft_ms"]["median"] == pytest.approx(550)     # between the 5th and 6th value
+    assert s["ttft_ms"]["p99"] == pytest.approx(991)        # 900 + 0.91 x 100, numpy's rule
+    assert s["total_ms"]["median"] == pytest.approx(2750)
+    assert s["wall_s"] == 3.0
+
+
+def test_a_chat_without_reply_is_lost_and_has_no_total_time():
+    s = summarize([chat(0), lost(1, "no reply within --timeout-s 5")], 5.0)
+    assert (s["lost"], s["replied"], s["errors"]) == (1, 1, 1)
+    assert s["error_reasons"] == {"no reply within --timeout-s 5": 1}
+    assert s["ttft_ms"]["median"] == s["ttft_ms"]["p99"] == pytest.approx(100)
+    assert not s["ok"]
+
+
+@pytest.mark.parametrize("final", [
+    "Hello",                                        # the end of the stream never came
+    "Hello there",                                  # no figures line: the reply did not finish
+    "Hello there, and more\n\n*⏱ 40.0 tok/s*",      # text the stream never showed
+    "Hello there\n\nMore.\n\n*⏱ 40.0 tok/s*",         # a paragraph the stream never showed
+    "Hullo there\n\n*⏱ 40.0 tok/s*",                # a token changed on the way
+])
+def test_a_reply_that_differs_from_its_stream_is_incomplete(final):
+    s = summarize([chat(0, final=final)], 1.0)
+    assert (s["incomplete"], s["complete"], s["lost"]) == (1, 0, 0)
+    assert not s["ok"]
+
+
+def test_an_empty_reply_is_incomplete_not_complete():
+    assert not chat(0, streamed="").complete
+
+
+def test_a_message_id_in_two_chats_is_crossed_once():
+    records = [chat(0, ids={"w0", "r0"}), chat(1, ids={"w1", "r1", "r0"}), chat(2)]
+    assert count_crossed(records) == 1
+    records.append(chat(3, ids={"w3", "r0"}))
+    assert count_crossed(records) == 2   # three chats saw r0: two of them wrongly
+    assert not summarize(records, 1.0)["ok"]
+
+
+def test_another_chats_tag_in_the_text_is_crossed_its_own_is_not():
+    own = chat(0, tags={"[qa abcdef s000]"})
+    foreign = chat(1, tags={"[qa abcdef s001]", "[qa abcdef s002]"})
+    assert count_crossed([own]) == 0
+    assert count_crossed([own, foreign]) == 1
+
+
+def opening_events(welcome: dict) -> list[tuple[str, dict]]:
+    """What the app emits when a chat opens (seen on the real app, see qa_load's docstring)."""
+    run = {"id": "start-run", "type": "run", "metadata": {}, "output": ""}
+    return [("task_end", {}), ("clear_ask", {}), ("task_start", {}), ("new_message", run),
+            ("new_message", welcome), ("update_message", run), ("task_end", {})]
+
+
+def reply_events(reply_id: str, text: str) -> list[tuple[str, dict]]:
+    """What the app emits for one answered message."""
+    run = {"id": "message-run", "type": "run", "metadata": {}, "output": ""}
+    reply = {"id": reply_id, "type": "assistant_message", "metadata": {"kind": "reply"}}
+    return [("task_start", {}), ("first_interaction", {"interaction": "[qa abcdef s000] hi"}),
+            ("new_message", run), ("stream_start", {**reply, "output": "Hello"}),
+            ("stream_token", {"id": reply_id, "token": " there", "isSequence": False}),
+            ("new_message", {**reply, "output": text}), ("update_message", run),
+            ("task_end", {})]
+
+
+def feed(session: qa_load.ChatSession, events: list[tuple[str, dict]]) -> None:
+    for event, data in events:
+        session._on_event(event, data)
+
+
+def test_a_chat_follows_the_apps_events_to_a_complete_reply():
+    session = qa_load.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    welcome = {"id": "w", "metadata": {"kind": "welcome"}, "output": "Hi"}
+    opening = opening_events(welcome)
+    feed(session, opening[:-1])
+    assert session.record.welcomed and not session.opened.is_set(), "on_chat_start is not over"
+    feed(session, opening[-1:])
+    assert session.opened.is_set() and not session.turn_done.is_set()
+    session.sent_at = time.perf_counter()  # as ask() does when it emits the message
+    feed(session, reply_events("r", "Hello there" + FIGURES))
+    record = session.record
+    assert session.turn_done.is_set() and record.complete and not record.error
+    assert (record.reply_id, record.streamed) == ("r", "Hello there")
+    assert 0 <= record.ttft_s <= record.total_s
+    assert record.message_ids == {"start-run", "w", "message-run", "r"}
+    assert record.tags_seen == {"[qa abcdef s000]"} and count_crossed([record]) == 0
+
+
+def test_an_error_shown_by_the_app_fails_the_chat():
+    session = qa_load.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    feed(session, opening_events({"id": "e", "metadata": {"kind": "error"},
+                                  "output": "The engine at http://x is not reachable."}))
+    assert session.opened.is_set() and not session.record.welcomed
+    assert session.record.error.endswith("not reachable.")
+
+
+def test_tags_are_unique_per_chat_and_per_run():
+    first, second = qa_load.make_records(["a", "b"], 3), qa_load.make_records(["a"], 3)
+    tags = [r.tag for r in first + second]
+    assert len(set(tags)) == 6 and all(qa_load.TAG.fullmatch(t) for t in tags)
+    assert [r.prompt for r in first] == [f"{first[0].tag} a", f"{first[1].tag} b", f"{first[2].tag} a"]
+
+
+def test_prompts_file_takes_non_empty_lines(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("first\n\n  second  \n", encoding="utf-8")
+    assert qa_load.read_prompts(path) == ["first", "second"]
+    path.write_text("\n \n", encoding="utf-8")
+    with pytest.raises(qa_load.QaLoadError):
+        qa_load.read_prompts(path)
+
+
+def test_bounds_are_refused_before_anything_is_sent():
+    assert cli.main(["qa-load", "--url", "http://127.0.0.1:9", "--sessions", "0"]) == 2
+    assert cli.main(["qa-load", "--url", "http://127.0.0.1:9", "--sessions",
+                     str(qa_load.MAX_SESSIONS + 1)]) == 2
+
+
+async def test_an_app_that_is_not_there_is_reported_before_any_chat_opens():
+    from server.processes import free_port
+    with pytest.raises(qa_load.QaLoadError, match="No chat app answers"):
+        await qa_load.run_load(f"http://127.0.0.1:{free_port()}", ["hi"], 3, timeout_s=20)
+
+
+# --- the real app -------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def short_replies_app(engine, tmp_path_factory):
+    """The chat on the session engine, every reply QA_MAX_TOKENS long (ignore_eos)."""
+    settings, _ = engine
+    yield from start_app(tmp_path_factory.mktemp("qa"), engine_url=settings.engine_base_url,
+                         ignore_eos=True, max_tokens=QA_MAX_TOKENS)
+
+
+@pytest.mark.engine
+async def test_hundred_chats_at_once_each_get_their_own_complete_reply(short_replies_app):
+    result = await qa_load.run_load(short_replies_app.app_url, list(qa_load.DEFAULT_PROMPTS),
+                                    QA_SESSIONS, QA_TIMEOUT_S)
+    s = result["summary"]
+    print("\n" + qa_load.render(result))
+    assert s["error_reasons"] == {}
+    assert (s["lost"], s["crossed"], s["incomplete"]) == (0, 0, 0)
+    assert s["complete"] == s["welcomed"] == QA_SESSIONS and s["ok"]
+    chats = result["sessions"]
+    assert len({c["reply_id"] for c in chats}) == QA_SESSIONS
+    assert all(c["ttft_s"] < c["total_s"] for c in chats)
+
+
+@pytest.mark.engine
+def test_an_app_that_requires_login_is_refused_with_the_reason(saved_chats_app, capsys):
+    assert cli.main(["qa-load", "--url", saved_chats_app.app_url, "--sessions", "2"]) == 2
+    assert "requires login" in capsys.readouterr().err
+
+
+@pytest.mark.engine
+def test_cli_json_with_a_prompts_file(short_replies_app, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Say hello.\n你好吗？\n", encoding="utf-8")
+    code = cli.main(["qa-load", "--url", short_replies_app.app_url, "--sessions", "4",
+                     "--prompts-file", str(prompts), "--timeout-s", "60", "--json"])
+    result = json.loads(capsys.readouterr().out)  # progress goes to stderr: stdout is JSON
+    assert code == 0 and result["summary"]["complete"] == 4
+    assert [c["prompt"].split("] ", 1)[1] for c in result["sessions"]] == [
+        "Say hello.", "你好吗？", "Say hello.", "你好吗？"]
