@@ -9,6 +9,7 @@ engine keeps failing.  Ctrl-C or SIGTERM stops both process groups.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import httpx
+from pydantic import SecretStr
 
 from app import persistence
 from server import doctor, preflight, provision
@@ -247,7 +249,20 @@ class Stack:
         status.done(f"Chainlit ready at {self.settings.app_url}")
 
     # --- the whole life cycle ----------------------------------------------
+    def secure_exposed_engine(self) -> None:
+        """vLLM on a non-loopback address must require a key: make one if none is set."""
+        s = self.settings
+        if not s.starts_engine or s.api_key is not None or is_loopback(s.engine_host):
+            return
+        path = self.root / ".cache" / "engine-api-key"
+        key = read_or_create_secret(path)
+        self.settings = s.model_copy(update={"api_key": SecretStr(key)})
+        self.out(f"[security] vLLM listens on {s.engine_host}, so it requires an API key. None was "
+                 f"set (ERNIE_API_KEY); one was generated and saved in {path} (readable by you "
+                 "only). Clients must send it as 'Authorization: Bearer <key>'; the chat app does.")
+
     def start(self) -> None:
+        self.secure_exposed_engine()
         self.check_before_start()
         if self.settings.starts_engine:
             self.engine = self.prepare_engine()
@@ -329,15 +344,25 @@ class Stack:
             write_state(self.settings, "stopped")
 
 
-def auth_secret(path: Path) -> str:
-    """Chainlit signs login tokens with this: made once per install, never in git or logs."""
-    if os.environ.get("CHAINLIT_AUTH_SECRET"):
-        return os.environ["CHAINLIT_AUTH_SECRET"]
+def read_or_create_secret(path: Path) -> str:
+    """A random secret kept in ``path`` (mode 0600): made once, never printed or logged."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(48))
+        path.write_text(secrets.token_urlsafe(32))
     return path.read_text().strip()
+
+
+def auth_secret(path: Path) -> str:
+    """Chainlit signs login tokens with this: made once per install, never in git or logs."""
+    return os.environ.get("CHAINLIT_AUTH_SECRET") or read_or_create_secret(path)
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _http_ok(url: str) -> bool:

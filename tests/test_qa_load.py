@@ -13,13 +13,14 @@ import time
 import pytest
 
 from server import cli, qa_load
+from server.processes import free_port
 from server.qa_load import SessionRecord, count_crossed, summarize
 from tests.conftest import start_app
 
 # Short replies: 100 of them are generated together in seconds on 2 cores, not minutes.
 QA_MAX_TOKENS = 16
 QA_SESSIONS = 100
-# Well under the suite's patience; the run takes ~15-40 s here, depending on the other load.
+# Well under the suite's patience: the run takes 8-18 s here, depending on the other load.
 QA_TIMEOUT_S = 110
 
 
@@ -166,7 +167,6 @@ def test_bounds_are_refused_before_anything_is_sent():
 
 
 async def test_an_app_that_is_not_there_is_reported_before_any_chat_opens():
-    from server.processes import free_port
     with pytest.raises(qa_load.QaLoadError, match="No chat app answers"):
         await qa_load.run_load(f"http://127.0.0.1:{free_port()}", ["hi"], 3, timeout_s=20)
 
