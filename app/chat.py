@@ -33,6 +33,10 @@ from server.usage_log import append_usage
 from server.engine_state import read_state
 
 SETTINGS = load_settings()
+# One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
+# the event loop when many chats open at once (found by `ernie-chat qa-load`).
+CLIENT = ec.make_client(SETTINGS)
+HTTP = httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=httpx.Limits(max_connections=None))
 DEMO_BUILDER = "ernie-chat demo model"
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
@@ -60,7 +64,7 @@ async def engine_model() -> tuple[str, int]:
     cached = cl.user_session.get("engine_model")
     if cached:
         return cached
-    name, max_len, root = await ec.served_model(cl.user_session.get("client"))
+    name, max_len, root = await ec.served_model(CLIENT)
     cl.user_session.set("engine_model", (name, max_len or SETTINGS.max_model_len))
     cl.user_session.set("is_demo", is_demo_model(root))
     return name, max_len or SETTINGS.max_model_len
@@ -91,8 +95,6 @@ async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[s
 
 
 def start_session(conversation: Conversation) -> None:
-    cl.user_session.set("client", ec.make_client(SETTINGS))
-    cl.user_session.set("http", httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
     cl.user_session.set("conversation", conversation)
     cl.user_session.set("params", default_params(SETTINGS, conversation.system_prompt))
 
@@ -166,7 +168,7 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
     pieces = ec.stream_reply(
-        cl.user_session.get("client"), model, messages, stats,
+        CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
     )
@@ -199,14 +201,14 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
 
 def _counter(model: str):
     async def count(messages: list[dict]) -> int:
-        return await ec.count_tokens(cl.user_session.get("http"), SETTINGS.engine_base_url,
+        return await ec.count_tokens(HTTP, SETTINGS.engine_base_url,
                                      model, messages, SETTINGS.api_key_value)
     return count
 
 
 async def show_status() -> None:
     try:
-        metrics = await fetch_metrics_async(cl.user_session.get("http"), SETTINGS.engine_base_url)
+        metrics = await fetch_metrics_async(HTTP, SETTINGS.engine_base_url)
     except Exception as exc:
         await say_error(exc)
         return
@@ -222,12 +224,8 @@ async def on_stop() -> None:
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    http: Optional[httpx.AsyncClient] = cl.user_session.get("http")
-    if http is not None:
-        await http.aclose()
-    client = cl.user_session.get("client")
-    if client is not None:
-        await client.close()
+    # Chainlit keeps every message of a chat in chat_context and never frees it (FACTS.md).
+    cl.chat_context.clear()
 
 
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
