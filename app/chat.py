@@ -76,9 +76,11 @@ async def show_error(content: str) -> None:
     await message.send()
 
 
-async def say_error(exc: BaseException) -> None:
+async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     kind = ec.error_kind(exc)
-    if kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
+    if kind == "unreachable" and mid_reply:
+        kind = "interrupted"  # the connection broke after tokens came: the engine died
+    elif kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -189,7 +191,7 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
         await batcher.flush()
         if batcher.text:
             await reply.send()
-        await say_error(exc)
+        await say_error(exc, mid_reply=stats.first_token_at is not None)
         return
     conversation.add(message.content, batcher.text)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:

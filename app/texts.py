@@ -22,6 +22,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "unreachable": "The engine at {url} is not reachable. Is `./scripts/up` running? If it "
                        "was just started, vLLM may still be loading: try again in a minute.",
         "loading": "The engine is still starting or is restarting. Try again in a moment.",
+        "interrupted": "The engine stopped in the middle of this reply; the supervisor restarts "
+                       "it. The text above is kept; send your message again in a minute.",
         "timeout": "No reply from the engine for {seconds:.0f} s: it is overloaded or hung. "
                    "Try again; if it persists, check `llm.log` or run `./scripts/ernie-chat doctor`.",
         "auth": "The engine refused the API key. Set the same `ERNIE_API_KEY` for the engine and "
@@ -43,6 +45,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long": "您的消息有 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请缩短或分段发送。",
         "unreachable": "无法连接推理引擎 {url}。`./scripts/up` 是否在运行？如果刚刚启动，vLLM 可能仍在加载，请稍后再试。",
         "loading": "推理引擎正在启动或重启，请稍后再试。",
+        "interrupted": "推理引擎在回复过程中停止了，守护进程正在重启它。上面的文字已保留，请稍后重新发送消息。",
         "timeout": "推理引擎 {seconds:.0f} 秒没有响应：可能过载或卡住。请重试；如果持续出现，请查看 `llm.log` "
                    "或运行 `./scripts/ernie-chat doctor`。",
         "auth": "推理引擎拒绝了 API 密钥。请为引擎和应用设置相同的 `ERNIE_API_KEY`。",

@@ -225,6 +225,14 @@ class ChatSession:
         if not self.record.replied and not self.record.error:
             self.record.error = "the turn ended without a reply"
 
+    def next_turn(self, prompt: str) -> None:
+        """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
+        record = self.record
+        record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
+        record.ttft_s = record.total_s = None
+        self.turn_done.clear()
+        self._in_turn = False
+
     async def close(self) -> None:
         self._closing = True
         try:

