@@ -36,7 +36,8 @@ SETTINGS = load_settings()
 # One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
 # the event loop when many chats open at once (found by `ernie-chat qa-load`).
 CLIENT = ec.make_client(SETTINGS)
-HTTP = httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=httpx.Limits(max_connections=None))
+HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
+                         limits=httpx.Limits(max_connections=None))
 DEMO_BUILDER = "ernie-chat demo model"
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"

@@ -24,7 +24,7 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
-from typing import Optional
+from typing import AsyncIterator, Optional
 
 import httpx
 from pydantic import SecretStr
@@ -73,6 +73,18 @@ async def app_path(client, model: str, messages: list[dict], settings: Settings,
                   stats.completion_tokens or 0, stats.first_token_at - stats.started)
 
 
+async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
+                     headers: dict) -> AsyncIterator[dict]:
+    """The JSON chunks of the engine's event stream, read with plain httpx, to its end."""
+    async with http.stream("POST", url, json=body, headers=headers) as response:
+        if response.status_code != 200:
+            message = bench.error_message(await response.aread())
+            raise bench.StreamError(f"HTTP {response.status_code}: {message}")
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and (data := line[5:].strip()) != "[DONE]":
+                yield json.loads(data)
+
+
 async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: str,
                       messages: list[dict], settings: Settings, max_tokens: int) -> Sample:
     body = {"model": model, "messages": messages, "temperature": settings.temperature,
@@ -80,7 +92,7 @@ async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: st
             "stream_options": {"include_usage": True}, "ignore_eos": True}
     first, tokens = None, 0
     started = time.perf_counter()
-    chunks = bench.sse_chunks(http, f"{cfg.url}/v1/chat/completions", body, bench.auth(cfg.api_key))
+    chunks = sse_chunks(http, f"{cfg.url}/v1/chat/completions", body, bench.auth(cfg.api_key))
     async with aclosing(chunks):
         async for chunk in chunks:
             # The same moment as the app's: the first choice that carries text.
@@ -120,31 +132,25 @@ def summarize(samples: list[Sample]) -> dict:
 async def measure(cfg: bench.BenchConfig, settings: Settings, repetitions: int) -> dict:
     app_settings = settings.model_copy(update={
         "engine_url": cfg.url, "api_key": SecretStr(cfg.api_key) if cfg.api_key else None})
-    client = ec.make_client(app_settings)
     status = StatusLine("app-overhead")
+    # One run of each path to warm up, then the measured ones; every run its own prompt.
+    model, _, prompts, _ = await bench.prepare(cfg, 2 * repetitions + 2,
+                                               random.Random(cfg.load.seed), status)
+    client = ec.make_client(app_settings)
     try:
         async with httpx.AsyncClient(timeout=cfg.request_timeout_s) as http:
-            model, max_model_len = await bench.served_model(http, cfg)
-            count = 2 * repetitions + 2  # one each to warm up, then the measured runs
-            lengths = [(cfg.load.input_len, cfg.load.output_len)] * count
-            bench.check_fits(lengths, max_model_len)
-            prompts, _ = await bench.build_prompts(http, cfg, model, lengths,
-                                                   random.Random(cfg.load.seed), status)
-            runs = {
-                "app": lambda m: app_path(client, model, m, app_settings, cfg.load.output_len),
-                "direct": lambda m: direct_path(http, cfg, model, m, app_settings, cfg.load.output_len),
-            }
+            runs = {"app": lambda m, n: app_path(client, model, m, app_settings, n),
+                    "direct": lambda m, n: direct_path(http, cfg, model, m, app_settings, n)}
             samples = []
             for i, prompt in enumerate(prompts):
                 order = ("app", "direct") if (i // 2) % 2 == 0 else ("direct", "app")  # ABBA
-                path = order[i % 2]
                 messages = [{"role": "system", "content": settings.system_prompt},
                             {"role": "user", "content": prompt.text}]
-                sample = await runs[path](messages)
+                sample = await runs[order[i % 2]](messages, prompt.max_tokens)
                 if i >= 2:
                     samples.append(sample)
                 status.update(f"{i + 1}/{len(prompts)} replies")
-            status.done(f"{len(samples)} measured replies of {cfg.load.output_len} tokens")
+            status.done(f"{len(samples)} measured replies")
     finally:
         await client.close()
     return {"kind": "ernie-chat app-overhead",

@@ -13,10 +13,13 @@ its length in tokens is counted by the server's own tokenizer (``POST
 
 The load is bounded by a number of requests and by ``--max-seconds``, and goes
 to one URL only: the engine of our settings (which must be on this machine) or
-the one given with ``--url``.  This module and bench_stats import only the
-standard library, httpx and our settings, so they also run on a GPU machine
-that has vLLM but not our app environment; plots are drawn by bench_plot,
-which is imported only when they are wanted (or later: ``--plot-only``).
+the one given with ``--url``.  The streams are read on plain asyncio
+connections (StreamConnection: a busy client would measure itself), the few
+calls before the load go through httpx.  This module and bench_stats import
+only the standard library, httpx and our settings, so they also run on a GPU
+machine that has vLLM but not our app environment; plots are drawn by
+bench_plot, which is imported only when they are wanted (or later:
+``--plot-only``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import shlex
 import sys
 import time
 from contextlib import aclosing
+from urllib.parse import urlsplit
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import AsyncIterator, Optional
@@ -48,6 +52,7 @@ LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # Round trips a prompt may take to reach its exact length (vLLM's random dataset uses 10).
 MAX_LENGTH_FIXES = 10
 WARMUP_MAX_TOKENS = 16
+READ_LIMIT = 1 << 20  # longest line or read: one event of a long reply fits
 CSV_FIELDS = ["concurrency", "index", "success", "prompt_tokens", "max_tokens", "output_tokens",
               "output_tokens_from", "start_s", "ttft_ms", "tpot_ms", "e2e_ms", "itl_mean_ms",
               "finish_reason", "error"]
@@ -251,31 +256,142 @@ async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
     return prompts, "server tokenizer (POST /tokenize), exact"
 
 
-# --- one request ----------------------------------------------------------------
+# --- the streaming connection ------------------------------------------------------
 
-async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
-                     headers: dict) -> AsyncIterator[dict]:
-    """The JSON chunks of an OpenAI-style event stream, to its end.
+class StreamConnection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the event stream back.
 
-    Raises StreamError for an HTTP error and for an error sent inside a 200
-    stream (vLLM does that, FACTS.md).  Use it under ``aclosing`` so that a
-    cancelled reader closes the response, which makes vLLM abort the request.
+    The load's hot path runs on asyncio streams rather than httpx: per streamed chunk
+    httpx costs about 145 us of CPU, this about 33 us and vLLM's aiohttp client 48 us
+    (measured here against a stub server streaming 64 chunks 1 ms apart).
+    A busy client takes CPU from the server it measures, on a small CPU machine from
+    the very core vLLM's API server runs on (benchmarks/cpu-vs-vllm-bench.md), and at a
+    GPU's thousands of chunks per second httpx alone would fill a core.  Every worker of
+    the load owns one connection, so no request waits for one.
     """
-    async with http.stream("POST", url, json=body, headers=headers) as response:
-        if response.status_code != 200:
-            raise StreamError(f"HTTP {response.status_code}: {error_message(await response.aread())}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                # Read on to the end of the body: a response left unread closes its
-                # connection, and a new one for each request would add to TTFT.
-                continue
-            chunk = json.loads(data)
-            if "error" in chunk:
-                raise StreamError(f"error in stream: {error_message(data.encode())}")
-            yield chunk
+
+    def __init__(self, base_url: str, api_key: Optional[str], idle_timeout_s: float):
+        url = urlsplit(base_url)
+        self.address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
+        self.tls = url.scheme == "https"
+        self.prefix = url.path.rstrip("/")  # a server mounted below a path
+        head = {"Host": url.netloc, "Content-Type": "application/json",
+                "Accept": "text/event-stream", **auth(api_key)}
+        self.head = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        self.idle_timeout_s = idle_timeout_s
+        self.reader: Optional[asyncio.StreamReader] = None
+        self.writer: Optional[asyncio.StreamWriter] = None
+        self.last_read = 0.0
+        self.timed_out = False
+        self.watchdog: Optional[asyncio.TimerHandle] = None
+
+    def close(self) -> None:
+        """Drop the connection; for a request in flight vLLM then aborts it."""
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+    async def events(self, path: str, body: dict) -> AsyncIterator[dict]:
+        """The JSON chunks of the event stream that POST ``path`` answers, to its end.
+
+        Raises StreamError for an HTTP error, for an error sent inside a 200 stream
+        (vLLM does that, FACTS.md) and when no byte arrives for ``idle_timeout_s``.
+        Use it under ``aclosing``: leaving early closes the connection.
+        """
+        payload = json.dumps(body).encode()
+        request = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self.head}"
+                   f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+        loop = asyncio.get_running_loop()
+        self.timed_out, self.last_read = False, loop.time()
+        self.watchdog = loop.call_later(self.idle_timeout_s, self._watch, loop)
+        finished = False
+        try:
+            status, headers = await self._request(request)
+            if status != 200:
+                text = error_message(b"".join([piece async for piece in self._body(headers)]))
+                finished = True
+                raise StreamError(f"HTTP {status}: {text}")
+            pending = b""
+            async for piece in self._body(headers):
+                *lines, pending = (pending + piece).split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:") or (data := line[5:].strip()) == b"[DONE]":
+                        continue
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise StreamError(f"error in stream: {error_message(data)}")
+                    yield chunk
+            finished = headers.get("connection", "").lower() != "close"
+        except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
+            if self.timed_out:
+                raise StreamError(f"no data for {self.idle_timeout_s:g} s") from None
+            raise StreamError(f"connection lost ({type(exc).__name__})") from None
+        finally:
+            self.watchdog.cancel()
+            if not finished:  # an unread rest makes the connection useless
+                self.close()
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One timer per idle period instead of one per read: cheap on the hot path."""
+        idle = loop.time() - self.last_read
+        if idle < self.idle_timeout_s:
+            self.watchdog = loop.call_later(self.idle_timeout_s - idle, self._watch, loop)
+        elif self.writer is not None:
+            self.timed_out = True
+            self.writer.transport.abort()
+
+    async def _read(self, read) -> bytes:
+        data = await read
+        self.last_read = asyncio.get_running_loop().time()
+        return data
+
+    async def _line(self) -> bytes:
+        """One line of the answer's head or chunk framing; the end of the stream here is
+        a connection lost (or aborted by the watchdog)."""
+        line = await self._read(self.reader.readline())
+        if not line:
+            raise ConnectionResetError
+        return line
+
+    async def _request(self, request: bytes) -> tuple[int, dict]:
+        """Send ``request``; return the status and headers of the answer.
+
+        A kept-alive connection that the server closed meanwhile (uvicorn does after
+        a few idle seconds) fails at once; it is replaced and the request sent again.
+        """
+        for reused in (self.writer is not None, False):
+            if self.writer is None:
+                self.reader, self.writer = await asyncio.open_connection(
+                    *self.address, ssl=self.tls or None, limit=READ_LIMIT)
+            self.writer.write(request)
+            try:
+                status = await self._read(self.reader.readline())
+            except ConnectionError:
+                status = b""
+            if status:
+                break
+            self.close()
+            if not reused:
+                raise ConnectionResetError
+        headers = {}
+        while (line := await self._line()) not in (b"\r\n", b"\n"):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return int(status.split()[1]), headers
+
+    async def _body(self, headers: dict) -> AsyncIterator[bytes]:
+        """The body as it arrives: chunked (how servers stream), sized, or up to the close."""
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            while size := int((await self._line()).split(b";")[0], 16):
+                yield (await self._read(self.reader.readexactly(size + 2)))[:-2]
+            while await self._line() not in (b"\r\n", b"\n"):
+                pass  # trailer fields
+        elif "content-length" in headers:
+            yield await self._read(self.reader.readexactly(int(headers["content-length"])))
+        else:
+            headers["connection"] = "close"
+            while piece := await self._read(self.reader.read(READ_LIMIT)):
+                yield piece
 
 
 def completion_body(model: str, prompt: Prompt, ignore_eos: bool,
@@ -289,14 +405,13 @@ def completion_body(model: str, prompt: Prompt, ignore_eos: bool,
     return body
 
 
-async def send(http: httpx.AsyncClient, cfg: BenchConfig, body: dict,
-               record: RequestRecord) -> RequestRecord:
+async def send(conn: StreamConnection, body: dict, record: RequestRecord) -> RequestRecord:
     """Send one streamed completion and fill ``record`` with its timings."""
     chunks, usage_tokens = 0, None
     started = time.perf_counter()
     last = started
     try:
-        stream = sse_chunks(http, f"{cfg.url}/v1/completions", body, auth(cfg.api_key))
+        stream = conn.events("/v1/completions", body)
         async with aclosing(stream):
             async for chunk in stream:
                 now = time.perf_counter()
@@ -310,7 +425,7 @@ async def send(http: httpx.AsyncClient, cfg: BenchConfig, body: dict,
                 if usage := chunk.get("usage"):
                     usage_tokens = usage.get("completion_tokens")
                     record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
-    except (StreamError, httpx.HTTPError, ValueError) as exc:
+    except (StreamError, ValueError) as exc:
         record.error = str(exc) or type(exc).__name__
         return record
     if record.ttft_s is None:
@@ -323,7 +438,7 @@ async def send(http: httpx.AsyncClient, cfg: BenchConfig, body: dict,
     return record
 
 
-async def warm_up(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
+async def warm_up(conn: StreamConnection, cfg: BenchConfig, model: str,
                   prompts: list[Prompt], out) -> bool:
     """Send the warm-up requests; return whether the server takes ``ignore_eos``.
 
@@ -335,11 +450,11 @@ async def warm_up(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
     prompts = [replace(p, max_tokens=min(p.max_tokens, WARMUP_MAX_TOKENS)) for p in prompts]
     for i, prompt in enumerate(prompts):
         record = RequestRecord(-1, 0, prompt.prompt_tokens, prompt.max_tokens)
-        await send(http, cfg, completion_body(model, prompt, ignore_eos, cfg.temperature), record)
+        await send(conn, completion_body(model, prompt, ignore_eos, cfg.temperature), record)
         if not record.success and i == 0 and ignore_eos and record.error.startswith("HTTP 4"):
             ignore_eos = False
             record = RequestRecord(-1, 0, prompt.prompt_tokens, prompt.max_tokens)
-            await send(http, cfg, completion_body(model, prompt, False, cfg.temperature), record)
+            await send(conn, completion_body(model, prompt, False, cfg.temperature), record)
             if record.success:
                 out("[bench] the server rejects ignore_eos: replies may end before max_tokens")
         if not record.success:
@@ -358,8 +473,8 @@ def progress_text(records: list[RequestRecord], total: int, concurrency: int, wi
             f"{len(finished)}/{total}  {tokens} tokens" + (f"  {failed} failed" if failed else ""))
 
 
-async def run_level(http: httpx.AsyncClient, cfg: BenchConfig, model: str, prompts: list[Prompt],
-                    concurrency: int, ignore_eos: bool, deadline: float,
+async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurrency: int,
+                    ignore_eos: bool, deadline: float,
                     status: StatusLine) -> tuple[list[RequestRecord], float]:
     """All ``prompts`` with at most ``concurrency`` in flight, stopped at ``deadline``.
 
@@ -371,13 +486,17 @@ async def run_level(http: httpx.AsyncClient, cfg: BenchConfig, model: str, promp
     started = time.perf_counter()
 
     async def worker() -> None:
-        for index, prompt in todo:
-            if time.monotonic() >= deadline:
-                return
-            record = RequestRecord(index, concurrency, prompt.prompt_tokens, prompt.max_tokens,
-                                   start_s=time.perf_counter() - started)
-            records.append(record)
-            await send(http, cfg, completion_body(model, prompt, ignore_eos, cfg.temperature), record)
+        conn = StreamConnection(cfg.url, cfg.api_key, cfg.request_timeout_s)
+        try:
+            for index, prompt in todo:
+                if time.monotonic() >= deadline:
+                    return
+                record = RequestRecord(index, concurrency, prompt.prompt_tokens, prompt.max_tokens,
+                                       start_s=time.perf_counter() - started)
+                records.append(record)
+                await send(conn, completion_body(model, prompt, ignore_eos, cfg.temperature), record)
+        finally:
+            conn.close()
 
     async def tick() -> None:
         while True:
@@ -399,23 +518,11 @@ async def run_level(http: httpx.AsyncClient, cfg: BenchConfig, model: str, promp
 
 # --- the whole run ---------------------------------------------------------------------
 
-async def run_bench(cfg: BenchConfig, out=print) -> dict:
-    """Every concurrency level of ``cfg``; the result as saved in bench.json.
-
-    ``cfg.max_seconds`` bounds the load itself, from the first measured request on;
-    building the prompts and the warm-up come before it.
-    """
-    started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    rng = random.Random(cfg.load.seed)
-    levels = list(cfg.concurrencies)
-    status = StatusLine("bench")
-    timeout = httpx.Timeout(connect=10.0, read=cfg.request_timeout_s, write=30.0, pool=None)
-    # httpx allows 100 connections by default: more in flight would queue in the client
-    # and count as server TTFT.
-    limits = httpx.Limits(max_connections=max(levels) + 4, max_keepalive_connections=max(levels) + 4)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+async def prepare(cfg: BenchConfig, count: int, rng: random.Random,
+                  status: StatusLine) -> tuple[str, Optional[int], list[Prompt], str]:
+    """The served model, its max_model_len, ``count`` prompts and how they were counted."""
+    async with httpx.AsyncClient(timeout=cfg.request_timeout_s) as http:
         model, max_model_len = await served_model(http, cfg)
-        count = cfg.load.num_prompts * len(levels) + cfg.warmup
         if cfg.load.from_usage is not None:
             from server.usage_log import read_usage
             lengths = usage_lengths(read_usage(cfg.load.from_usage)[0], count, rng)
@@ -423,32 +530,50 @@ async def run_bench(cfg: BenchConfig, out=print) -> dict:
             lengths = sample_lengths(count, cfg.load.input_len, cfg.load.output_len,
                                      cfg.load.range_ratio, rng)
         check_fits(lengths, max_model_len)
-        # Every level gets prompts of its own: repeated ones would be served from the prefix cache.
         prompts, counted_by = await build_prompts(http, cfg, model, lengths, rng, status)
-        ignore_eos = await warm_up(http, cfg, model, prompts[:cfg.warmup], out)
-        deadline = time.monotonic() + cfg.max_seconds
-        status.done(f"{model} at {cfg.url}: {len(prompts) - cfg.warmup} prompts ready, "
-                    f"lengths counted by the {counted_by}")
-        results = []
-        for n, concurrency in enumerate(levels):
-            if time.monotonic() >= deadline:
-                skipped = ", ".join(map(str, levels[n:]))
-                out(f"[bench] time limit reached: concurrency {skipped} not run")
-                break
-            first = cfg.warmup + n * cfg.load.num_prompts
-            status = StatusLine("bench")
-            cpu_before = time.process_time()
-            records, duration = await run_level(
-                http, cfg, model, prompts[first:first + cfg.load.num_prompts], concurrency,
-                ignore_eos, deadline, status)
-            summary = summarize(records, duration, cfg.slo)
-            # A saturated client measures itself, not the server: say so in the result.
-            summary["client_cpu_fraction"] = (time.process_time() - cpu_before) / duration
-            summary["not_sent"] = cfg.load.num_prompts - len(records)
-            status.done(progress_text(records, cfg.load.num_prompts, concurrency)
-                        + f" in {duration:.1f} s")
-            results.append({"concurrency": concurrency, "summary": summary,
-                            "records": [r.as_dict() for r in records]})
+    return model, max_model_len, prompts, counted_by
+
+
+async def run_bench(cfg: BenchConfig, out=print) -> dict:
+    """Every concurrency level of ``cfg``; the result as saved in bench.json.
+
+    ``cfg.max_seconds`` bounds the load itself, from the first measured request on;
+    building the prompts and the warm-up come before it.
+    """
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    levels = list(cfg.concurrencies)
+    status = StatusLine("bench")
+    # Every level gets prompts of its own: repeated ones would be served from the prefix cache.
+    model, max_model_len, prompts, counted_by = await prepare(
+        cfg, cfg.load.num_prompts * len(levels) + cfg.warmup, random.Random(cfg.load.seed), status)
+    conn = StreamConnection(cfg.url, cfg.api_key, cfg.request_timeout_s)
+    try:
+        ignore_eos = await warm_up(conn, cfg, model, prompts[:cfg.warmup], out)
+    finally:
+        conn.close()
+    deadline = time.monotonic() + cfg.max_seconds
+    status.done(f"{model} at {cfg.url}: {len(prompts) - cfg.warmup} prompts ready, "
+                f"lengths counted by the {counted_by}")
+    results = []
+    for n, concurrency in enumerate(levels):
+        if time.monotonic() >= deadline:
+            skipped = ", ".join(map(str, levels[n:]))
+            out(f"[bench] time limit reached: concurrency {skipped} not run")
+            break
+        first = cfg.warmup + n * cfg.load.num_prompts
+        status = StatusLine("bench")
+        cpu_before = time.process_time()
+        records, duration = await run_level(
+            cfg, model, prompts[first:first + cfg.load.num_prompts], concurrency,
+            ignore_eos, deadline, status)
+        summary = summarize(records, duration, cfg.slo)
+        # A saturated client measures itself, not the server: say so in the result.
+        summary["client_cpu_fraction"] = (time.process_time() - cpu_before) / duration
+        summary["not_sent"] = cfg.load.num_prompts - len(records)
+        status.done(progress_text(records, cfg.load.num_prompts, concurrency)
+                    + f" in {duration:.1f} s")
+        results.append({"concurrency": concurrency, "summary": summary,
+                        "records": [r.as_dict() for r in records]})
     return {
         "kind": "ernie-chat bench",
         "started": started,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,13 +20,21 @@ def bench(*argv) -> int:
     return cli.main(["bench", *argv])
 
 
-def test_short_bench_run_is_complete_and_consistent(engine, tmp_path):
+@pytest.fixture(scope="module")
+def short_run(engine, tmp_path_factory) -> Path:
+    """One real run of 8 prompts at concurrency 1 and 2: its results folder."""
     settings, _ = engine
-    out = tmp_path / "run"
+    out = tmp_path_factory.mktemp("bench") / "run"
     code = bench("--url", settings.engine_base_url, "--num-prompts", "8", "--concurrency", "1,2",
                  "--input-len", "32", "--output-len", "16", "--slo-ttft-ms", "60000",
                  "--out", str(out))
     assert code == 0
+    return out
+
+
+def test_short_bench_run_is_complete_and_consistent(engine, short_run):
+    settings, _ = engine
+    out = short_run
     result = json.loads((out / "bench.json").read_text())
     assert result["target"]["model"] == settings.served_model_name
     assert result["params"]["ignore_eos_sent"] is True
@@ -52,6 +62,39 @@ def test_short_bench_run_is_complete_and_consistent(engine, tmp_path):
     assert all(float(row["ttft_ms"]) < float(row["e2e_ms"]) for row in rows)
     for png in ("latency-vs-throughput.png", "ttft-tpot-distributions.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# vLLM's own statistics (benchmarks/serve.py calculate_metrics) over our records.
+VLLM_METRICS = """
+import json, sys
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+from vllm.benchmarks.serve import calculate_metrics
+for level in json.load(open(sys.argv[1]))["levels"]:
+    outputs = [RequestFuncOutput(success=r["success"], latency=r["e2e_s"], output_tokens=r["output_tokens"],
+                                 ttft=r["ttft_s"], itl=r["itl_s"], prompt_len=r["prompt_tokens"],
+                                 start_time=r["start_s"]) for r in level["records"]]
+    m, _ = calculate_metrics([], outputs, level["summary"]["duration_s"], None, [99], {})
+    print(json.dumps([m.request_throughput, m.output_throughput, m.total_token_throughput,
+                      m.mean_ttft_ms, m.median_ttft_ms, m.percentiles_ttft_ms[0][1], m.mean_tpot_ms,
+                      m.median_tpot_ms, m.percentiles_tpot_ms[0][1], m.mean_itl_ms, m.median_itl_ms,
+                      m.percentiles_itl_ms[0][1], m.mean_e2el_ms, m.median_e2el_ms]))
+"""
+
+
+def test_statistics_equal_vllm_bench_serve_on_the_same_records(short_run, engine_python):
+    """Same raw timings in, same figures out: our statistics are vLLM's, to rounding."""
+    done = subprocess.run([str(engine_python), "-c", VLLM_METRICS, str(short_run / "bench.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    levels = json.loads((short_run / "bench.json").read_text())["levels"]
+    assert len(theirs) == len(levels) == 2
+    for level, vllm in zip(levels, theirs):
+        s = level["summary"]
+        ours = [s["request_throughput"], s["output_throughput"], s["total_token_throughput"],
+                *(s[k][stat] for k in ("ttft_ms", "tpot_ms", "itl_ms") for stat in ("mean", "median", "p99")),
+                s["e2e_ms"]["mean"], s["e2e_ms"]["median"]]
+        assert ours == pytest.approx(vllm, rel=1e-9)
 
 
 def test_plot_only_redraws_from_the_json(engine, tmp_path):

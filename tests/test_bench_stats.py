@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from server import bench
@@ -180,48 +181,134 @@ def test_vllm_comparison_pairs_figures_of_the_same_concurrency():
     assert "mean E2E (ms)" not in rows
 
 
-# --- one streamed request, against canned server answers ---------------------------------------
+# --- the streaming connection, against a scripted server ------------------------------------
 
-def sse(*events) -> bytes:
-    return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events)
-
-
-async def send_to(handler, body=None) -> RequestRecord:
-    cfg = bench.BenchConfig(url="http://127.0.0.1:1")
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        return await bench.send(http, cfg, body or {}, RequestRecord(0, 1, 7, 3))
+def sse_response(*events, status="200 OK", close=False) -> bytes:
+    """A chunked event-stream answer, one HTTP chunk per event, as uvicorn sends it."""
+    data = [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events]
+    head = (f"HTTP/1.1 {status}\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            + ("connection: close\r\n" if close else "") + "\r\n").encode()
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in data) + b"0\r\n\r\n"
 
 
-async def test_send_reads_tokens_timings_and_usage():
-    def handler(request):
-        assert request.url.path == "/v1/completions"
-        return httpx.Response(200, content=sse(
-            {"choices": [{"text": "a", "finish_reason": None}]},
-            {"choices": [{"text": "b", "finish_reason": None}]},
-            {"choices": [{"text": "c", "finish_reason": "length"}]},
-            {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}, "[DONE]"))
-    record = await send_to(handler)
+def json_response(status: str, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(data)}\r\n\r\n").encode() + data
+
+
+TOKENS = sse_response({"choices": [{"text": "a", "finish_reason": None}]},
+                      {"choices": [{"text": "b", "finish_reason": None}]},
+                      {"choices": [{"text": "c", "finish_reason": "length"}]},
+                      {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}, "[DONE]")
+
+
+class Scripted:
+    """Answers each request with the next scripted response; "hang up" closes the
+    connection after answering, "stall" sends the head of a stream and then nothing."""
+
+    def __init__(self, responses):
+        self.responses, self.connections, self.bodies = list(responses), 0, []
+        self.hung_up = asyncio.Event()
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        try:
+            while self.responses:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+                self.bodies.append(json.loads(await reader.readexactly(length)))
+                response, action = self.responses.pop(0)
+                writer.write(response)
+                await writer.drain()
+                if action == "hang up":
+                    break
+                if action == "stall":
+                    await reader.read()  # until the client gives up
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            self.hung_up.set()
+
+
+@pytest.fixture
+async def scripted():
+    servers = []
+
+    async def start(*responses):
+        script = Scripted(r if isinstance(r, tuple) else (r, None) for r in responses)
+        server = await asyncio.start_server(script.handle, "127.0.0.1", 0)
+        script.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        servers.append(server)
+        return script
+    yield start
+    for server in servers:
+        server.close()
+
+
+async def send_to(script, conn=None, body=None) -> RequestRecord:
+    conn = conn or bench.StreamConnection(script.url, "k3y", idle_timeout_s=5)
+    return await bench.send(conn, body or {"prompt": "hi"}, RequestRecord(0, 1, 7, 3))
+
+
+async def test_send_reads_tokens_timings_and_usage(scripted):
+    script = await scripted(TOKENS)
+    record = await send_to(script, body={"prompt": "hello"})
     assert record.success and not record.error
     assert (record.output_tokens, record.output_tokens_from, record.prompt_tokens) == (3, "usage", 9)
     assert len(record.itl_s) == 2 and record.finish_reason == "length"
     assert 0 <= record.ttft_s <= record.e2e_s
+    assert script.bodies == [{"prompt": "hello"}]
 
 
-async def test_send_counts_chunks_when_the_server_sends_no_usage():
-    record = await send_to(lambda r: httpx.Response(200, content=sse(
-        {"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}]}, "[DONE]")))
+async def test_send_counts_chunks_when_the_server_sends_no_usage(scripted):
+    script = await scripted(sse_response({"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}]}, "[DONE]"))
+    record = await send_to(script)
     assert record.success and (record.output_tokens, record.output_tokens_from) == (2, "chunks")
 
 
-async def test_send_records_http_errors_and_errors_inside_the_stream():
-    record = await send_to(lambda r: httpx.Response(
-        400, json={"error": {"message": "This model's maximum context length is 1024 tokens."}}))
+async def test_http_errors_and_errors_inside_the_stream_are_recorded(scripted):
+    script = await scripted(
+        json_response("400 Bad Request", {"error": {"message": "This model's maximum context length is 1024 tokens."}}),
+        sse_response({"choices": [{"text": "a"}]}, {"error": {"message": "engine died"}}),
+        sse_response("[DONE]"), TOKENS)
+    conn = bench.StreamConnection(script.url, None, idle_timeout_s=5)
+    record = await send_to(script, conn)
     assert not record.success and record.error.startswith("HTTP 400: This model's maximum")
-    record = await send_to(lambda r: httpx.Response(200, content=sse(
-        {"choices": [{"text": "a"}]}, {"error": {"message": "engine died"}})))
+    record = await send_to(script, conn)
     assert not record.success and "engine died" in record.error
-    record = await send_to(lambda r: httpx.Response(200, content=sse("[DONE]")))
+    record = await send_to(script, conn)
     assert not record.success and "without a token" in record.error
+    assert (await send_to(script, conn)).success
+    # A fully read error answer keeps the connection; a stream left half read does not.
+    assert script.connections == 2
+
+
+async def test_connections_are_kept_alive_and_replaced_when_the_server_hangs_up(scripted):
+    script = await scripted(TOKENS, (TOKENS, "hang up"), TOKENS, TOKENS)
+    conn = bench.StreamConnection(script.url, None, idle_timeout_s=5)
+    results = [await send_to(script, conn) for _ in range(4)]
+    assert all(r.success for r in results)
+    assert script.connections == 2      # one reused for two requests, then one new after the hang-up
+
+
+async def test_a_silent_server_times_out_and_a_cancelled_request_hangs_up(scripted):
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    script = await scripted((head, "stall"))
+    record = await send_to(script, bench.StreamConnection(script.url, None, idle_timeout_s=0.3))
+    assert not record.success and record.error == "no data for 0.3 s"
+    script = await scripted((head, "stall"))
+    task = asyncio.create_task(send_to(script))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    await asyncio.wait_for(script.hung_up.wait(), 5)   # closing the stream is what aborts it in vLLM
+
+
+def test_the_api_key_and_the_url_path_travel_with_each_request():
+    conn = bench.StreamConnection("https://gpu-box:8443/llm", "s3cret", idle_timeout_s=1)
+    assert conn.address == ("gpu-box", 8443) and conn.tls and conn.prefix == "/llm"
+    assert "Authorization: Bearer s3cret\r\n" in conn.head and "Host: gpu-box:8443\r\n" in conn.head
 
 
 def test_completion_body_sends_ignore_eos_and_temperature_only_when_asked():

@@ -139,12 +139,14 @@ def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
         assert "stopped in the middle of this reply" in record.error, record.error
         assert seen <= 2.0, f"the user waited {seen:.1f} s for the error"
 
-        stack.wait_for(r"\[engine\] restarting in", after=mark)
-        stack.wait_for(r"vLLM ready at", after=mark)
+        # In a thread: a blocked event loop would miss the socket's pings and lose the chat.
+        await asyncio.to_thread(stack.wait_for, r"\[engine\] restarting in", after=mark)
+        await asyncio.to_thread(stack.wait_for, r"vLLM ready at", after=mark)
         after = await turn(chat, "What is my name?")
         assert after.complete, after
-        # The first exchange (prompt + 600 reply tokens) went back to the model.
-        assert prompt_tokens(after) > first_prompt + first_reply
+        # The first exchange went back to the model: its prompt and its 600-token reply
+        # (re-tokenized from text, so a little shorter than generated).
+        assert prompt_tokens(after) > first_prompt + 0.8 * first_reply
         await chat.close()
     run(scenario())
 
@@ -154,12 +156,16 @@ def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
         chat = await open_chat(stack.url)
         mark = len(stack.lines)
         engine = stack.pid_of("vllm.entrypoints.openai.api_server")
-        record, seen = await fault_mid_reply(chat, lambda: os.killpg(os.getpgid(engine), signal.SIGSTOP))
+        os.killpg(os.getpgid(engine), signal.SIGSTOP)  # frozen: the port accepts, nothing answers
+        started = time.monotonic()
+        record = await turn(chat, "Hello?")
+        seen = time.monotonic() - started
         assert f"No reply from the engine for {REQUEST_TIMEOUT_S} s" in record.error, record.error
         assert seen <= REQUEST_TIMEOUT_S + 2.0, f"the user waited {seen:.1f} s"
 
-        stack.wait_for(r"the engine is hung; killing it", after=mark, timeout_s=60)
-        stack.wait_for(r"vLLM ready at", after=mark)
+        await asyncio.to_thread(stack.wait_for, r"the engine is hung; killing it", after=mark,
+                                timeout_s=60)
+        await asyncio.to_thread(stack.wait_for, r"vLLM ready at", after=mark)
         after = await turn(chat, "Are you back?")
         assert after.complete, after
         await chat.close()
