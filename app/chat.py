@@ -138,17 +138,23 @@ async def on_settings_update(values: dict) -> None:
 
 # --- one message -----------------------------------------------------------------
 
+def clean_text(text: str) -> str:
+    """What the engine can take: lone UTF-16 surrogates (a broken paste) become U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     # Stop must reach this task whatever path started it (FACTS.md: Chainlit does not
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
     if not message.content.strip():
-        await notice(text(lang(), "empty"))
+        await show_error(text(lang(), "empty"))
         return
     if message.content.strip() == STATUS_COMMAND:
         await show_status()
         return
+    message.content = clean_text(message.content)
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
     try:

@@ -10,6 +10,7 @@ names the variable, the value and what is allowed.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Literal, Optional
@@ -251,8 +252,27 @@ def describe_errors(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+_ENV_LINE = re.compile(r"^\s*(export\s+)?[A-Za-z_][A-Za-z0-9_]*\s*=")
+
+
+def env_file_problems(path: Path) -> list[str]:
+    """Lines of a .env file that are not KEY=VALUE: python-dotenv would skip them silently."""
+    if not path.is_file():
+        return []
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#") and not _ENV_LINE.match(line):
+            problems.append(f"  line {number}: {line.strip()[:60]!r} is not KEY=VALUE")
+    return problems
+
+
 def load_settings(**overrides) -> Settings:
     """Load and validate settings, turning pydantic's errors into a readable message."""
+    env_file = Path(Settings.model_config["env_file"])
+    if problems := env_file_problems(env_file):
+        raise SettingsError(f"{env_file.resolve()} has lines that are not settings:\n"
+                            + "\n".join(problems)
+                            + "\nWrite each as ERNIE_NAME=value (or start it with # to keep it as a note).")
     try:
         return Settings(**overrides)
     except ValidationError as exc:
