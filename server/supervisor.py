@@ -31,7 +31,7 @@ from server.model_config import load_shape
 from server.engine_state import write_state
 from server.model_source import choose_model
 from server.processes import ManagedProcess, port_problem
-from server.progress import StatusLine
+from server.progress import StatusLine, StepFailed
 from server.settings import Settings
 from server.vllm_log import parse_kv_report, read_tail
 
@@ -393,7 +393,7 @@ def run(settings: Settings, out=print) -> int:
     except (KeyboardInterrupt, Shutdown):
         out("\nStopping ...")
         return 0
-    except (StartupFailed, provision.StepFailed, FileNotFoundError) as exc:
+    except (StartupFailed, StepFailed, FileNotFoundError) as exc:
         out(f"ERROR: {exc}")
         return 1
     finally:

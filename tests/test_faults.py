@@ -209,8 +209,8 @@ def test_engine_that_cannot_start_is_refused_with_the_fix(env, expected, tmp_pat
     up = Up(tmp_path, **env)
     assert up.proc.wait(timeout=300) == 1
     time.sleep(0.5)  # let the reader thread take the last lines
-    assert expected in up.output(), up.output()
-    assert "restarting" not in up.output()
+    assert "ERROR: " in up.output() and expected in up.output(), up.output()
+    assert "restarting" not in up.output() and "Traceback" not in up.output()
 
 
 # --- Ctrl-C / SIGTERM while starting -------------------------------------------------

@@ -17,6 +17,8 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.engine
 
+API_KEY_SECRET, PASSWORD_SECRET = "KEY-7f3a9c", "PW-b81e44"
+
 
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid``, found through /proc (children of children too)."""
@@ -47,7 +49,10 @@ def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
     engine_port, app_port = free_port(), free_port()
     env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(engine_port),
            "ERNIE_APP_PORT": str(app_port), "ERNIE_LOG_FILE": str(tmp_path / "llm.log"),
-           "ERNIE_MAX_MODEL_LEN": "2048", "ERNIE_KV_CACHE_GIB": "1"}
+           "ERNIE_MAX_MODEL_LEN": "2048", "ERNIE_KV_CACHE_GIB": "1",
+           # Secrets that must reach vLLM and Chainlit but no log or terminal.
+           "ERNIE_API_KEY": f"sk-{API_KEY_SECRET}", "ERNIE_CHAT_DB": str(tmp_path / "chats.db"),
+           "ERNIE_USERS": f"alice:{PASSWORD_SECRET}"}
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -65,7 +70,10 @@ def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
 
         page = httpx.get(f"http://127.0.0.1:{app_port}", timeout=10)
         assert page.status_code == 200 and "<html" in page.text.lower()
-        models = httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=10).json()
+        engine = f"http://127.0.0.1:{engine_port}/v1/models"
+        assert httpx.get(engine, timeout=10).status_code == 401, "vLLM must require the API key"
+        models = httpx.get(engine, headers={"Authorization": f"Bearer sk-{API_KEY_SECRET}"},
+                           timeout=10).json()
         assert models["data"][0]["max_model_len"] == 2048
 
         tree = descendants(proc.pid)
@@ -80,6 +88,8 @@ def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
         time.sleep(0.2)
     assert not [p for p in tree if alive(p)], "processes left behind after SIGTERM"
     assert port_free("127.0.0.1", engine_port) and port_free("127.0.0.1", app_port)
+    logs = "\n".join(lines) + (tmp_path / "llm.log").read_text() + (tmp_path / "app.log").read_text()
+    assert API_KEY_SECRET not in logs and PASSWORD_SECRET not in logs, "a secret reached a log"
 
 
 def test_up_refuses_a_taken_port_and_names_it(tmp_path):
