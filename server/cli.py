@@ -47,6 +47,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """The engine's live state from /metrics, once or every few seconds with --watch."""
+    import time
+
+    import httpx
+
+    from server.metrics import fetch_metrics
+    settings = load_settings()
+    while True:
+        try:
+            line = fetch_metrics(settings.engine_base_url).summary()
+        except httpx.HTTPError as exc:
+            print(f"The engine at {settings.engine_base_url} does not answer ({exc}). "
+                  "Is ./scripts/up running?")
+            return 1
+        print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.every)
+
+
 def cmd_settings(args: argparse.Namespace) -> int:
     """Show the effective settings (secrets masked) and the engine command they give."""
     from server.device import resolve_device
@@ -98,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--reply-room", type=int, help="tokens kept for the reply (default: p99 reply)")
     plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     plan.set_defaults(func=cmd_plan)
+
+    status = sub.add_parser("status", help="the engine's live KV use, queue and preemptions")
+    status.add_argument("--watch", action="store_true", help="print a line every --every seconds")
+    status.add_argument("--every", type=float, default=2.0)
+    status.set_defaults(func=cmd_status)
 
     show = sub.add_parser("settings", help="show the effective settings and vLLM command")
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")

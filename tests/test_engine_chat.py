@@ -143,3 +143,14 @@ async def test_unreachable_engine_is_classified():
     with pytest.raises(Exception) as info:
         await ask(client, load_settings(), [{"role": "user", "content": "hi"}])
     assert ec.error_kind(info.value) == "unreachable"
+
+
+def test_live_metrics_read_the_real_engine(engine):
+    """`ernie-chat status` and the chat's /status read these figures from /metrics."""
+    from server.metrics import fetch_metrics
+    settings, stack = engine
+    metrics = fetch_metrics(settings.engine_base_url)
+    assert metrics.running == 0 and metrics.waiting == 0
+    assert 0.0 <= metrics.kv_cache_usage <= 1.0
+    assert metrics.generation_tokens > 0  # earlier tests in this module generated text
+    assert "KV cache" in metrics.summary() and "waiting" in metrics.summary()
