@@ -760,8 +760,10 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     try:
+        # Read first: a typo in its path should not cost a whole run.
+        vllm = load_json(args.compare_vllm, "--compare-vllm") if args.compare_vllm else None
         if args.plot_only:
-            return show_saved(args)
+            return show_saved(load_json(args.plot_only, "--plot-only"), vllm, args)
         from server.settings import load_settings
         settings = load_settings()
         url = args.url or settings.engine_base_url
@@ -772,15 +774,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             from server import app_overhead
             return app_overhead.run(cfg, settings, args.repetitions, out_dir)
         result = asyncio.run(run_bench(cfg))
-    except (BenchError, FileNotFoundError) as exc:
+    except BenchError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     result["command_line"] = shlex.join(sys.argv)
     result["arguments"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                            if k not in ("func", "api_key")}
     print(render(result))
-    if args.compare_vllm:
-        result["vllm_comparison"] = vllm_comparison(result, json.loads(args.compare_vllm.read_text()))
+    if vllm is not None:
+        result["vllm_comparison"] = vllm_comparison(result, vllm)
         print("\n" + render_comparison(result["vllm_comparison"]))
     for path in save(result, out_dir, plots=not args.no_plots):
         print(f"wrote {path}")
@@ -788,12 +790,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if completed else 1
 
 
-def show_saved(args: argparse.Namespace) -> int:
+def load_json(path: Path, flag: str) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{flag} {path}: cannot read it as JSON ({exc})") from None
+
+
+def show_saved(result: dict, vllm: Optional[dict], args: argparse.Namespace) -> int:
     """--plot-only: the table and plots of an earlier run, e.g. one made on a GPU machine."""
-    result = json.loads(args.plot_only.read_text(encoding="utf-8"))
     print(render(result))
-    if args.compare_vllm:
-        vllm = json.loads(args.compare_vllm.read_text())
+    if vllm is not None:
         print("\n" + render_comparison(vllm_comparison(result, vllm)))
     for path in draw_plots(result, args.out or args.plot_only.parent):
         print(f"wrote {path}")
