@@ -641,6 +641,7 @@ def draw_plots(result: dict, out_dir: Path, out=print) -> list[Path]:
         out(f"[bench] plots skipped ({exc}); draw them elsewhere with "
             f"`ernie-chat bench --plot-only {out_dir / 'bench.json'}`")
         return []
+    out_dir.mkdir(parents=True, exist_ok=True)
     return bench_plot.plot_bench(result, out_dir)
 
 

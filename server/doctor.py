@@ -130,7 +130,8 @@ RULES: list[Rule] = [
          re.compile(r"Invalid repository ID or local directory|Repository Not Found|"
                     r"does not appear to have a file named config\.json|"
                     r"We couldn't connect to 'https://huggingface\.co'|"
-                    r"Can't load the configuration of"), _model_not_found),
+                    r"Can't load the configuration of|"
+                    r"Repo id must be in the form"), _model_not_found),
     Rule("unsupported_architecture",
          re.compile(r"Model architectures (\[.*?\]) are not supported"), _unsupported_arch),
     Rule("port_in_use", re.compile(r"\[Errno 98\][^\n]*address already in use|"

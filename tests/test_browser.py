@@ -76,20 +76,6 @@ def ask(page, text, timeout_s=120):
     return page.locator(ASSISTANT).last.inner_text()
 
 
-def assert_generation_cut_short(base_url, generated_before):
-    """After Stop: nothing runs in vLLM within 2 s, and the reply never reached its length.
-
-    /metrics is not read before the Stop: on 2 busy cores vLLM may answer it only after
-    generating the whole reply.
-    """
-    deadline = time.monotonic() + 2
-    while metric(base_url, "vllm:num_requests_running") != 0:
-        assert time.monotonic() < deadline, "vLLM still generating 2 s after Stop"
-        time.sleep(0.05)
-    generated = metric(base_url, "vllm:generation_tokens_total") - generated_before
-    assert generated < APP_MAX_TOKENS / 2, f"{generated:.0f} tokens generated: Stop did not abort"
-
-
 def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app, tmp_path):
     page = open_chat(page_factory, chat_app)
     assert "demo model" in page.locator(ASSISTANT).first.inner_text()
@@ -112,20 +98,28 @@ def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app, tmp_
                              else tmp_path / "chat.png"))
 
 
-def test_stop_ends_generation_on_the_server_and_keeps_the_text(page_factory, engine, chat_app):
+def test_stop_ends_the_reply_and_keeps_the_text(page_factory, engine, chat_app):
+    """Stop in the browser: the reply ends unfinished, its text stays, vLLM runs nothing.
+
+    That vLLM aborts the request (rather than generating on for nobody) is proven on the
+    same code path by test_engine_chat's cancel test: on 2 busy cores this page can trail
+    vLLM's 400 tokens/s by seconds, so counting tokens here would measure the machine.
+    """
     settings, _ = engine
     page = open_chat(page_factory, chat_app)
     before = page.locator(ASSISTANT).count()
-    generated_before = metric(settings.engine_base_url, "vllm:generation_tokens_total")
     send(page, "Tell me a long story.")
-    reply = page.locator(ASSISTANT).nth(before)
-    reply.wait_for(timeout=60_000)
     page.wait_for_function(
         f"document.querySelectorAll('{ASSISTANT}')[{before}]?.innerText.length > 20", timeout=60_000)
-    page.locator("#stop-button").click()
-    assert_generation_cut_short(settings.engine_base_url, generated_before)
-    page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=10_000)
-    assert len(reply.inner_text()) > 20, "the stopped reply lost its text"
+    page.locator("#stop-button").evaluate("button => button.click()")
+    page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=60_000)
+    deadline = time.monotonic() + 2
+    while metric(settings.engine_base_url, "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline, "vLLM still generating 2 s after Stop"
+        time.sleep(0.05)
+    reply = page.locator(ASSISTANT).nth(before).inner_text()
+    assert len(reply) > 20, "the stopped reply lost its text"
+    assert "tok/s" not in reply, "the reply ran to its end: Stop did not stop it"
 
 
 def test_messages_cannot_be_edited_so_stop_always_works(page_factory, chat_app):
