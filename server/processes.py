@@ -43,6 +43,7 @@ class ManagedProcess:
         self.name, self.argv, self.log_path = name, argv, log_path
         self.env, self.cwd, self.marker, self.nice = env, cwd, marker, nice
         self.proc: Optional[subprocess.Popen] = None
+        self._reaper: Optional[subprocess.Popen] = None
         self.started_at = 0.0
 
     def start(self) -> None:
@@ -56,6 +57,7 @@ class ManagedProcess:
                 env={**os.environ, **(self.env or {})}, cwd=self.cwd,
                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid(), self.nice),
             )
+        self._reaper = _start_reaper(os.getpid(), self.proc.pid)
         self.started_at = time.monotonic()
 
     @property
@@ -92,6 +94,24 @@ class ManagedProcess:
         _signal_group(pgid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
+        if self._reaper is not None:
+            self._reaper.kill()
+            self._reaper.wait()
+
+
+def _start_reaper(parent_pid: int, pgid: int) -> subprocess.Popen:
+    """A tiny shell that ends the child's whole group if the supervisor dies.
+
+    PR_SET_PDEATHSIG reaches only the group leader, and vLLM ignores SIGTERM while it
+    is still starting, so a supervisor killed with -9 at that moment would leave the
+    engine and its engine-core process holding the GPU.  The reaper lives in its own
+    session (it survives the supervisor) and exits once its work is done.
+    """
+    script = (f"while kill -0 {parent_pid} 2>/dev/null; do sleep 1; done; "
+              f"kill -TERM -{pgid} 2>/dev/null; sleep 5; kill -KILL -{pgid} 2>/dev/null")
+    return subprocess.Popen(["sh", "-c", script], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from server.processes import free_port, port_free
@@ -94,6 +95,19 @@ def stack(tmp_path_factory):
         up.stop()
 
 
+def wait_engine_ready(stack: Up, timeout_s: float = 300) -> None:
+    """Each test starts from a serving engine, whatever the previous test left restarting."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{stack.engine_port}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the engine did not come back:\n" + stack.output())
+
+
 def run(coro):
     return asyncio.new_event_loop().run_until_complete(coro)
 
@@ -115,11 +129,15 @@ def prompt_tokens(record: SessionRecord) -> int:
 
 
 async def fault_mid_reply(chat: ChatSession, inject) -> tuple[SessionRecord, float]:
-    """Ask, inject the fault once the reply streams; return the turn and seconds to the error."""
+    """Ask, inject the fault while vLLM generates; return the turn and seconds to the error.
+
+    The fault lands 0.5 s after sending (vLLM is then decoding at ~400 tokens/s), not
+    after the chat has shown tokens: on busy cores the chat can trail vLLM by seconds,
+    and the time to the error would then measure that backlog, not the fault handling.
+    """
     chat.next_turn("Tell me a story about the sea.")
     asking = asyncio.create_task(chat.ask())
-    while chat.record.reply_id is None and not asking.done():
-        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.5)
     inject()
     injected = time.monotonic()
     while not chat.record.error and not asking.done():
@@ -130,6 +148,7 @@ async def fault_mid_reply(chat: ChatSession, inject) -> tuple[SessionRecord, flo
 
 
 def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
+    wait_engine_ready(stack)
     async def scenario():
         chat = await open_chat(stack.url)
         first = await turn(chat, "Remember: my name is Ada.")
@@ -139,7 +158,9 @@ def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
         mark = len(stack.lines)
         record, seen = await fault_mid_reply(
             chat, lambda: os.kill(stack.pid_of("vllm.entrypoints.openai.api_server"), signal.SIGKILL))
-        assert "stopped in the middle of this reply" in record.error, record.error
+        # Mid-reply (tokens had arrived) or just before them (the supervisor is restarting).
+        assert ("stopped in the middle of this reply" in record.error
+                or "starting or is restarting" in record.error), record.error
         assert seen <= 2.0, f"the user waited {seen:.1f} s for the error"
 
         # In a thread: a blocked event loop would miss the socket's pings and lose the chat.
@@ -155,6 +176,7 @@ def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
 
 
 def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
+    wait_engine_ready(stack)
     async def scenario():
         chat = await open_chat(stack.url)
         mark = len(stack.lines)
@@ -222,15 +244,16 @@ def test_engine_that_cannot_start_is_refused_with_the_fix(env, expected, tmp_pat
 @pytest.mark.parametrize("stage, sig", [
     (r"\[engine\] cpu:", signal.SIGINT),          # vLLM is loading
     (r"vLLM ready at", signal.SIGTERM),           # Chainlit is starting
+    (r"\[engine\] cpu:", signal.SIGKILL),         # no cleanup code runs: the reaper's job
 ])
 def test_signal_during_startup_stops_everything(stage, sig, tmp_path):
     up = Up(tmp_path)
     up.wait_for(stage)
-    time.sleep(1)
+    time.sleep(3)
     tree = descendants(up.proc.pid)
     up.proc.send_signal(sig)
-    assert up.proc.wait(timeout=60) == 0, up.output()
-    deadline = time.monotonic() + 10
+    assert up.proc.wait(timeout=60) == (-9 if sig == signal.SIGKILL else 0), up.output()
+    deadline = time.monotonic() + 20
     while [p for p in tree if alive(p)] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in tree if alive(p)], f"left behind after {sig.name}: {tree}"
