@@ -23,7 +23,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 ASSISTANT = '.step[data-step-type="assistant_message"]'
 USER = '.step[data-step-type="user_message"]'
-# Set ERNIE_UPDATE_SCREENSHOT=1 to refresh the README's picture from this test.
+# Set UPDATE_SCREENSHOT=1 to refresh the README's picture from this test.
 SCREENSHOT = ROOT / "docs" / "chat.png"
 
 
@@ -94,7 +94,7 @@ def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app, tmp_
     final = reply.inner_text()
     assert re.search(r"\d+ ms to first token · [\d.]+ tok/s · \d+ prompt \+ "
                      rf"{APP_MAX_TOKENS} reply tokens", final), final
-    page.screenshot(path=str(SCREENSHOT if os.environ.get("ERNIE_UPDATE_SCREENSHOT")
+    page.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT")
                              else tmp_path / "chat.png"))
 
 
