@@ -29,7 +29,8 @@ class TokenBatcher:
     async def add(self, token: str) -> None:
         self._pending.append(token)
         every_s = max(self._every_s, len(self.text) * SECONDS_PER_CHAR)
-        if self._clock() - self._last_flush >= every_s:
+        # The first piece goes out at once: batching must not delay time to first token.
+        if not self.text or self._clock() - self._last_flush >= every_s:
             await self.flush()
 
     async def flush(self) -> None:

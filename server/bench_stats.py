@@ -53,11 +53,6 @@ class RequestRecord:
     def as_dict(self) -> dict:
         return {**asdict(self), "tpot_s": self.tpot_s}
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "RequestRecord":
-        fields = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in fields})
-
 
 def tpot(e2e_s: Optional[float], ttft_s: Optional[float], output_tokens: int) -> Optional[float]:
     """Time per output token after the first; None when there is no second token."""

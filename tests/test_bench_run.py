@@ -47,7 +47,8 @@ def test_short_bench_run_is_complete_and_consistent(engine, short_run):
         for r in records:
             assert r["success"], r["error"]
             # ignore_eos: every reply is exactly max_tokens, as the server's usage says.
-            assert (r["output_tokens"], r["output_tokens_from"], r["finish_reason"]) == (16, "usage", "length")
+            assert (r["output_tokens"], r["output_tokens_from"], r["finish_reason"]) == (
+                16, "usage", "length")
             assert r["prompt_tokens"] == 32                  # /tokenize made the prompt exact
             assert 0 < r["ttft_s"] < r["e2e_s"]
             assert len(r["itl_s"]) >= 1 and sum(r["itl_s"]) == pytest.approx(r["e2e_s"] - r["ttft_s"])
@@ -70,9 +71,10 @@ import json, sys
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 from vllm.benchmarks.serve import calculate_metrics
 for level in json.load(open(sys.argv[1]))["levels"]:
-    outputs = [RequestFuncOutput(success=r["success"], latency=r["e2e_s"], output_tokens=r["output_tokens"],
-                                 ttft=r["ttft_s"], itl=r["itl_s"], prompt_len=r["prompt_tokens"],
-                                 start_time=r["start_s"]) for r in level["records"]]
+    outputs = [RequestFuncOutput(success=r["success"], latency=r["e2e_s"],
+                                 output_tokens=r["output_tokens"], ttft=r["ttft_s"], itl=r["itl_s"],
+                                 prompt_len=r["prompt_tokens"], start_time=r["start_s"])
+               for r in level["records"]]
     m, _ = calculate_metrics([], outputs, level["summary"]["duration_s"], None, [99], {})
     print(json.dumps([m.request_throughput, m.output_throughput, m.total_token_throughput,
                       m.mean_ttft_ms, m.median_ttft_ms, m.percentiles_ttft_ms[0][1], m.mean_tpot_ms,
@@ -92,7 +94,8 @@ def test_statistics_equal_vllm_bench_serve_on_the_same_records(short_run, engine
     for level, vllm in zip(levels, theirs):
         s = level["summary"]
         ours = [s["request_throughput"], s["output_throughput"], s["total_token_throughput"],
-                *(s[k][stat] for k in ("ttft_ms", "tpot_ms", "itl_ms") for stat in ("mean", "median", "p99")),
+                *(s[k][stat] for k in ("ttft_ms", "tpot_ms", "itl_ms")
+                  for stat in ("mean", "median", "p99")),
                 s["e2e_ms"]["mean"], s["e2e_ms"]["median"]]
         assert ours == pytest.approx(vllm, rel=1e-9)
 

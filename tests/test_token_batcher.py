@@ -25,21 +25,23 @@ def batcher(every_s: float = 4.0):
     return TokenBatcher(send, every_s=every_s, clock=clock), clock, sent
 
 
-async def test_tokens_within_the_interval_are_held_back():
+async def test_first_token_goes_out_at_once_then_tokens_are_held_back():
+    # Batching must not add to the time to first token.
     b, clock, sent = batcher()
     for token in "abcdefghij":
         await b.add(token)
-    assert sent == []
-    assert b.text == ""
+    assert sent == ["a"]
+    assert b.text == "a"
 
 
 async def test_first_token_after_the_interval_sends_the_whole_group():
     b, clock, sent = batcher()
+    await b.add("x")
     for token in "abc":
         await b.add(token)
     clock.now += 4.0
     await b.add("d")
-    assert sent == ["abcd"]
+    assert sent == ["x", "abcd"]
 
 
 async def test_one_frame_per_interval_at_a_steady_rate():
@@ -47,16 +49,18 @@ async def test_one_frame_per_interval_at_a_steady_rate():
     for i in range(1, 13):
         clock.now += 1.0
         await b.add(str(i % 10))
-    assert sent == ["1234", "5678", "9012"]
+    # The first token at once, then one frame per 4 s interval.
+    assert sent == ["1", "2345", "6789"]
 
 
 async def test_flush_sends_the_rest():
     b, clock, sent = batcher()
     await b.add("Hel")
     await b.add("lo")
+    await b.add("!")
     await b.flush()
-    assert sent == ["Hello"]
-    assert b.text == "Hello"
+    assert sent == ["Hel", "lo!"]
+    assert b.text == "Hello!"
 
 
 async def test_flush_with_nothing_pending_sends_no_empty_frame():

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def measured(max_model_len, goodput, *, memory=0.9, served=None, status="measured") -> Outcome:
     summary = {"goodput": goodput, "output_throughput": goodput * 100, "request_throughput": goodput,
-               "slo": {"text": "TTFT <= 500 ms"}, "ttft_ms": {"median": 40.0}, "tpot_ms": {"median": 8.0}}
+               "slo": {"text": "TTFT <= 500 ms"}, "ttft_ms": {"median": 40.0},
+               "tpot_ms": {"median": 8.0}}
     return Outcome(Point(max_model_len, gpu_memory_utilization=memory), status=status,
                    served_max_model_len=served or max_model_len,
                    summary=summary if status == "measured" else None,
@@ -52,7 +53,8 @@ def test_a_tie_goes_to_the_smaller_memory_then_the_earlier_point():
 def test_no_point_qualifies_says_why_and_what_to_do():
     outcomes = [measured(2048, 9.0), measured(4096, 8.0), measured(8192, 0.0, status="failed")]
     with pytest.raises(TuneError, match=r"No point serves the 8192-token requests .* longest "
-                                        r"max-model-len measured is 4096.*--max-model-len of at least 8192"):
+                                        r"max-model-len measured is 4096.*"
+                                        r"--max-model-len of at least 8192"):
         tune.choose(outcomes, 8192)
     with pytest.raises(TuneError, match="no point was measured"):
         tune.choose([measured(8192, 0.0, status="failed")], 1024)
