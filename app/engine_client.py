@@ -14,7 +14,7 @@ import httpx
 import openai
 from openai import AsyncOpenAI
 
-from server.settings import Settings
+from server.settings import Settings, auth_headers
 
 
 def make_client(settings: Settings) -> AsyncOpenAI:
@@ -134,7 +134,7 @@ async def count_tokens(http: httpx.AsyncClient, base_url: str, model: str,
     response = await http.post(
         f"{base_url}/tokenize",
         json={"model": model, "messages": messages, "add_generation_prompt": True},
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        headers=auth_headers(api_key),
     )
     response.raise_for_status()
     return int(response.json()["count"])

@@ -33,7 +33,7 @@ from app import engine_client as ec
 from app.token_batcher import TokenBatcher
 from server import bench
 from server.progress import StatusLine
-from server.settings import Settings
+from server.settings import Settings, auth_headers
 
 MIN_TOKENS_PER_S_RATIO = 0.99
 MAX_ADDED_TTFT_MS = 5.0
@@ -92,7 +92,7 @@ async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: st
             "stream_options": {"include_usage": True}, "ignore_eos": True}
     first, tokens = None, 0
     started = time.perf_counter()
-    chunks = sse_chunks(http, f"{cfg.url}/v1/chat/completions", body, bench.auth(cfg.api_key))
+    chunks = sse_chunks(http, f"{cfg.url}/v1/chat/completions", body, auth_headers(cfg.api_key))
     async with aclosing(chunks):
         async for chunk in chunks:
             # The same moment as the app's: the first choice that carries text.

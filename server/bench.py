@@ -43,6 +43,7 @@ import httpx
 
 from server.bench_stats import RequestRecord, Slo, percent_difference, summarize
 from server.progress import StatusLine
+from server.settings import auth_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -153,10 +154,6 @@ def check_target(url: str, explicit: bool) -> None:
                      f"sends it real traffic: pass --url {url} to mean it.")
 
 
-def auth(api_key: Optional[str]) -> dict:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 def error_message(body: bytes) -> str:
     """The message of an OpenAI error body, else the start of the body."""
     try:
@@ -170,7 +167,7 @@ def error_message(body: bytes) -> str:
 async def served_model(http: httpx.AsyncClient, cfg: BenchConfig) -> tuple[str, Optional[int]]:
     """(model name to send, the server's max_model_len if it says) from /v1/models."""
     try:
-        response = await http.get(f"{cfg.url}/v1/models", headers=auth(cfg.api_key))
+        response = await http.get(f"{cfg.url}/v1/models", headers=auth_headers(cfg.api_key))
     except httpx.HTTPError as exc:
         raise BenchError(f"No server answers at {cfg.url} ({type(exc).__name__}: {exc}). "
                          "Start it (./scripts/up) or pass --url.") from None
@@ -193,7 +190,7 @@ class ServerTokenizer:
     """The server's own tokenizer through vLLM's /tokenize and /detokenize."""
 
     def __init__(self, http: httpx.AsyncClient, cfg: BenchConfig, model: str):
-        self.http, self.url, self.model, self.headers = http, cfg.url, model, auth(cfg.api_key)
+        self.http, self.url, self.model, self.headers = http, cfg.url, model, auth_headers(cfg.api_key)
 
     async def encode(self, text: str, special: bool) -> list[int]:
         body = {"model": self.model, "prompt": text, "add_special_tokens": special}
@@ -276,7 +273,7 @@ class StreamConnection:
         self.tls = url.scheme == "https"
         self.prefix = url.path.rstrip("/")  # a server mounted below a path
         head = {"Host": url.netloc, "Content-Type": "application/json",
-                "Accept": "text/event-stream", **auth(api_key)}
+                "Accept": "text/event-stream", **auth_headers(api_key)}
         self.head = "".join(f"{k}: {v}\r\n" for k, v in head.items())
         self.idle_timeout_s = idle_timeout_s
         self.reader: Optional[asyncio.StreamReader] = None

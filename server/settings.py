@@ -230,6 +230,11 @@ class Settings(BaseSettings):
 SECRET_FIELDS = {"api_key", "users"}
 
 
+def auth_headers(api_key: Optional[str]) -> dict:
+    """The header vLLM's --api-key / VLLM_API_KEY asks every client for."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 

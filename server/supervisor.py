@@ -32,7 +32,7 @@ from server.engine_state import write_state
 from server.model_source import choose_model
 from server.processes import ManagedProcess, port_problem
 from server.progress import StatusLine, StepFailed
-from server.settings import Settings
+from server.settings import Settings, auth_headers
 from server.vllm_log import parse_kv_report, read_tail
 
 ROOT = provision.ROOT
@@ -56,10 +56,6 @@ class StartupFailed(RuntimeError):
 def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = BACKOFF_CAP_S) -> float:
     """1, 2, 4, 8 ... seconds, never more than ``cap_s``."""
     return min(cap_s, base_s * 2 ** max(0, attempt - 1))
-
-
-def auth_headers(api_key: Optional[str]) -> dict:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def probe_engine(base_url: str, api_key: Optional[str], timeout_s: float = 2.0) -> Optional[dict]:
