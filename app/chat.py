@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import aclosing
-from pathlib import Path
 from typing import Optional
 
 import chainlit as cl
@@ -28,6 +27,7 @@ from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, text
 from app.token_batcher import TokenBatcher
 from server.metrics import fetch_metrics_async
+from server.provision import is_demo_model
 from server.settings import load_settings
 from server.usage_log import append_usage
 from server.engine_state import read_state
@@ -38,18 +38,8 @@ SETTINGS = load_settings()
 CLIENT = ec.make_client(SETTINGS)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
-DEMO_BUILDER = "ernie-chat demo model"
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
-
-
-def is_demo_model(root: str) -> bool:
-    """The engine serves our demo model when its folder carries our build stamp."""
-    info = Path(root) / "build_info.json" if root else None
-    try:
-        return bool(info and info.exists() and json.loads(info.read_text()).get("builder") == DEMO_BUILDER)
-    except (OSError, ValueError):
-        return False
 
 
 def lang() -> str:

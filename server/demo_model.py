@@ -41,6 +41,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # short spin costs ~10% when the machine is idle and keeps a shared one at its fair share.
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
+from server.provision import DEMO_BUILDER  # noqa: E402  (stdlib only: safe in the engine env)
 import torch  # noqa: E402
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
@@ -314,7 +315,7 @@ def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS) -> dict:
         save_model(model, staging)
         save_tokenizer(tokenizer, staging)
         info = {
-            "builder": "ernie-chat demo model",
+            "builder": DEMO_BUILDER,
             "seed": seed,
             "steps": steps,
             "corpus_sha256": sha256_of(corpus),

@@ -73,6 +73,14 @@ def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT) -
     return model_dir
 
 
-def demo_model_info(model_dir: Path) -> dict:
-    info = model_dir / "build_info.json"
-    return json.loads(info.read_text()) if info.exists() else {}
+# demo_model.py stamps its build_info.json with this; the chat looks for it.
+DEMO_BUILDER = "ernie-chat demo model"
+
+
+def is_demo_model(model_dir: str) -> bool:
+    """True when the folder the engine serves carries our demo model's build stamp."""
+    info = Path(model_dir) / "build_info.json" if model_dir else None
+    try:
+        return bool(info and info.exists() and json.loads(info.read_text()).get("builder") == DEMO_BUILDER)
+    except (OSError, ValueError):
+        return False
