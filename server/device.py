@@ -67,3 +67,8 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80].strip()
     except OSError:
         return "unknown"
+
+
+def read_memory(device: str) -> DeviceMemory:
+    """The memory of ``device`` ('cuda' or 'cpu'), as the planner and pre-flight see it."""
+    return read_gpu_memory() if device == "cuda" else read_cpu_memory()

@@ -14,7 +14,7 @@ from typing import Optional
 
 from server import kv_planner as kp
 from server import preflight
-from server.device import DeviceMemory, read_cpu_memory, read_gpu_memory, resolve_device
+from server.device import DeviceMemory, read_memory, resolve_device
 from server.model_config import load_shape
 from server.settings import Settings
 
@@ -28,7 +28,7 @@ def device_memory(args: argparse.Namespace, settings: Settings) -> DeviceMemory:
         total = int(args.gpu_memory_gib * GIB)
         return DeviceMemory("cuda", f"GPU with {args.gpu_memory_gib:g} GiB (given)", total, total)
     device = args.device or resolve_device(settings)
-    return read_gpu_memory() if device == "cuda" else read_cpu_memory()
+    return read_memory(device)
 
 
 def build(args: argparse.Namespace, settings: Settings) -> dict:

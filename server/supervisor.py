@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from app import persistence
 from server import doctor, preflight, provision
 from server import kv_planner as kp
-from server.device import read_cpu_memory, read_gpu_memory, resolve_device
+from server.device import read_memory, resolve_device
 from server.engine_args import engine_command
 from server.model_config import load_shape
 from server.engine_state import write_state
@@ -162,7 +162,7 @@ class Stack:
         """Refuse settings that cannot work; return the KV plan to compare with vLLM's."""
         try:
             shape, _ = load_shape(model)
-            memory = read_gpu_memory() if device == "cuda" else read_cpu_memory()
+            memory = read_memory(device)
         except Exception as exc:  # no config yet (first download) or no NVML: vLLM will tell
             self.out(f"[plan] pre-flight checks skipped: {exc}")
             return None
