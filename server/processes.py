@@ -20,10 +20,26 @@ from typing import Optional
 _PR_SET_PDEATHSIG = 1
 
 
+def _lower_priority(nice: int) -> None:
+    """Run this process and its children at ``nice``, also under session autogroups.
+
+    Where the kernel groups processes by session for scheduling (autogroup: this
+    machine, most desktop distributions), nice only ranks a process against others of
+    its session, and a child started in a session of its own would compete with the
+    chat as an equal whatever its nice: the session group's own nice must be set too.
+    """
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(nice))
+    except OSError:
+        pass  # no autogroup here: nice alone ranks the process
+
+
 def _die_with_parent(parent_pid: int, nice: int = 0):
     def preexec() -> None:
         if nice:
-            os.nice(nice)
+            _lower_priority(nice)  # after setsid: the new session's group
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

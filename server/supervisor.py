@@ -284,9 +284,10 @@ class Stack:
                     continue
                 failures[proc.name] += 1
                 self.out(f"[{proc.name}] exited with code {proc.returncode}")
+                if proc.name == "engine":  # first: the chat tells its users from this file
+                    write_state(self.settings, "restarting")
                 proc.stop(grace_s=5)  # its children (vLLM's engine core) may still run
                 if proc.name == "engine":
-                    write_state(self.settings, "restarting")
                     self.out(self.explain_engine_failure("The engine stopped."))
                     final = self.unrecoverable()
                     if final:

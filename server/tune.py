@@ -379,6 +379,25 @@ def float_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
+def batch_list(text: str) -> tuple[Optional[int], ...]:
+    """Integers, and ``default`` for the setting as it is (vLLM's own choice unless set).
+
+    vLLM sizes its batch limits by the device: on an H200 its default beat every cap
+    tried for this model (docs/gpu-results.md), so a sweep should be able to include it.
+    """
+    values = []
+    for value in text.split(","):
+        value = value.strip()
+        if value == "default":
+            values.append(None)
+        elif value.isdigit() and int(value) >= 1:
+            values.append(int(value))
+        else:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} in {text!r}: each value must be a whole number >= 1 or 'default'")
+    return tuple(values)
+
+
 def build_points(args: argparse.Namespace, settings: Settings, device: str) -> list[Point]:
     if device == "cpu" and args.utilization:
         raise TuneError("--utilization does not apply on a CPU: vLLM-CPU sizes its KV pool from "
@@ -430,8 +449,9 @@ def add_parser(sub) -> None:
     sweep_args.add_argument("--utilization", type=float_list, help="GPU: e.g. 0.5,0.7,0.9")
     sweep_args.add_argument("--kv-cache-gib", type=float_list, help="KV pool sizes (CPU, or GPU)")
     sweep_args.add_argument("--max-model-len", type=bench.int_list, help="e.g. 2048,8192")
-    sweep_args.add_argument("--max-num-seqs", type=bench.int_list, help="e.g. 64,128,256")
-    sweep_args.add_argument("--max-num-batched-tokens", type=bench.int_list, help="e.g. 2048,8192")
+    sweep_args.add_argument("--max-num-seqs", type=batch_list,
+                            help="e.g. default,128,256 (default: as in your settings, else vLLM's)")
+    sweep_args.add_argument("--max-num-batched-tokens", type=batch_list, help="e.g. default,2048,8192")
     sweep_args.add_argument("--max-points", type=int, default=12, help="refuse larger sweeps (12)")
     tune.add_argument("--need-max-model-len", type=int,
                       help="longest request the choice must serve (default: `plan --from-usage` "

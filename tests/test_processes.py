@@ -138,6 +138,20 @@ def test_extra_env_reaches_the_child(tmp_path):
     assert "key=k-123" in log.read_text()
 
 
+def test_a_lower_priority_holds_for_the_child_and_its_session_group(tmp_path):
+    """The CPU engine runs at nice 10 so the chat stays responsive; under autogroup
+    scheduling that takes the session group's nice too (processes._lower_priority)."""
+    log = tmp_path / "nice.log"
+    proc = ManagedProcess("x", ["sh", "-c", "ps -o ni= -p $$; cat /proc/self/autogroup || true"], log,
+                          nice=10)
+    proc.start()
+    proc.proc.wait(timeout=5)
+    lines = log.read_text().splitlines()[-2:]
+    assert lines[0].strip() == "10"
+    if Path("/proc/self/autogroup").exists():
+        assert lines[1].endswith("nice 10"), lines
+
+
 def test_stop_before_start_does_nothing(tmp_path):
     proc = ManagedProcess("x", ["true"], tmp_path / "x.log")
     proc.stop()

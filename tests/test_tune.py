@@ -100,6 +100,16 @@ def test_sweep_limits_and_cpu_memory_rules():
     assert gpu == [Point(settings.max_model_len, settings.gpu_memory_utilization)]
 
 
+def test_batch_limits_can_include_the_engine_default(capsys):
+    settings = load_settings()
+    points = tune.build_points(parse("--max-num-seqs", "default,128"), settings, "cuda")
+    assert [p.max_num_seqs for p in points] == [None, 128]
+    assert "ERNIE_MAX_NUM_SEQS" not in points[0].env_values()   # vLLM's own choice is kept
+    with pytest.raises(SystemExit):
+        parse("--max-num-batched-tokens", "default,0")
+    assert "'0' in 'default,0': each value must be a whole number >= 1 or 'default'" in capsys.readouterr().err
+
+
 # --- .env -------------------------------------------------------------------------------------
 
 def test_env_update_changes_keys_in_place_and_keeps_everything_else():

@@ -30,6 +30,13 @@ case $phase in
     tune seed-4096 --utilization 0.88 --max-model-len 4096 "${load[@]}"
     tune seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
     tune defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
+  recheck) # bench's client moved from httpx to asyncio streams: tuned pick and 8192 seed again
+    tune recheck-sweep --utilization 0.9 --max-model-len 8192 --max-num-seqs 128,256 "${load[@]}"
+    tune recheck-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}" ;;
+  repeat)  # the same chat load once more, to see run-to-run spread, plus vLLM's defaults
+    tune repeat-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
+    tune repeat-seqs-256 --utilization 0.9 --max-model-len 8192 --max-num-seqs 256 "${load[@]}"
+    tune repeat-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
