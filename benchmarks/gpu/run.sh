@@ -37,6 +37,25 @@ case $phase in
     tune repeat-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
     tune repeat-seqs-256 --utilization 0.9 --max-model-len 8192 --max-num-seqs 256 "${load[@]}"
     tune repeat-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
+  compare) # ours against `vllm bench serve` on one engine, alternating (a quiet 16-core client)
+    python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
+        --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
+        --gpu-memory-utilization 0.5 > /tmp/res/compare-engine.log 2>&1 &
+    for _ in $(seq 100); do
+        python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null && break
+        sleep 2
+    done
+    same=(--num-prompts 256 --input-len 512 --output-len 128)
+    for n in 1 2; do
+        python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
+            --tokenizer .gpu/model --port 8000 --dataset-name random --random-input-len 512 \
+            --random-output-len 128 --num-prompts 256 --max-concurrency 64 --ignore-eos \
+            --percentile-metrics ttft,tpot,itl,e2el --save-result --result-dir "$out" \
+            --result-filename "vllm-$n.json" --seed $n 2>&1 | tail -n 4
+        python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency 64 "${same[@]}" \
+            --seed $n --no-plots --out "/tmp/res/ours-$n" --compare-vllm "$out/vllm-$n.json" | tail -n 12
+        cp "/tmp/res/ours-$n/bench.json" "$out/ours-$n.json"
+    done ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
