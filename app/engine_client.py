@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional
 
 import httpx
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
@@ -52,6 +53,13 @@ class ReplyStats:
             return None
         span = self.finished_at - self.first_token_at
         return (self.completion_tokens - 1) / span if span > 0 and self.completion_tokens > 1 else None
+
+
+# openai 3.x sends through httpx2, whose errors are not httpx's. A stream that breaks
+# or stalls while we read it is reported with the SDK's own exceptions, as its typed
+# stream does, so error_kind tells the user "interrupted" or "timeout", not "internal".
+READ_TIMEOUTS = (httpx2.TimeoutException, httpx.TimeoutException)
+READ_FAILURES = (httpx2.TransportError, httpx.TransportError)
 
 
 def sse_chunk(line: str) -> Optional[dict]:
@@ -111,7 +119,16 @@ async def stream_reply(
         extra_body=extra_body,  # vLLM's own sampling fields, e.g. ignore_eos for load tests
     )
     async with request as response:
-        async for line in response.iter_lines():
+        lines = response.iter_lines()
+        while True:
+            try:
+                line = await anext(lines)
+            except StopAsyncIteration:
+                break
+            except READ_TIMEOUTS as exc:
+                raise openai.APITimeoutError(request=response.http_response.request) from exc
+            except READ_FAILURES as exc:
+                raise openai.APIConnectionError(request=response.http_response.request) from exc
             chunk = sse_chunk(line)
             if chunk is None:
                 continue

@@ -1,11 +1,14 @@
-"""app/engine_client.sse_chunk: the chat's reader of the engine's event stream (pure)."""
+"""app/engine_client: the chat's reader of the engine's event stream, and its errors."""
 
 from __future__ import annotations
+
+import asyncio
 
 import openai
 import pytest
 
-from app.engine_client import error_kind, sse_chunk
+from app.engine_client import ReplyStats, error_kind, make_client, sse_chunk, stream_reply
+from server.settings import Settings
 
 
 def test_data_lines_are_decoded_and_everything_else_skipped():
@@ -28,3 +31,55 @@ def test_an_error_inside_a_200_stream_raises_like_the_sdk():
 def test_a_broken_line_is_an_error_not_a_silent_gap():
     with pytest.raises(ValueError):
         sse_chunk('data: {"choices": [')
+
+
+# --- a stream that breaks or stalls after some tokens ----------------------------------
+# A fake upstream (a few lines of asyncio): it cuts or freezes the stream at a chosen
+# point, which a real vLLM does not do on demand. test_faults covers the real kill -9.
+
+CHUNK = b'data: {"choices": [{"delta": {"content": "word "}}]}\n\n'
+
+
+async def stub_engine(after_tokens):
+    """Serve 3 chunks of a chunked event stream, then call ``after_tokens(writer)``."""
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        for _ in range(3):
+            writer.write(b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK))
+            await writer.drain()
+        await after_tokens(writer)
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def read_reply(server, read_timeout_s=5.0):
+    port = server.sockets[0].getsockname()[1]
+    settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{port}",
+                        request_timeout_s=read_timeout_s)
+    pieces = []
+    with pytest.raises(Exception) as info:
+        async for piece in stream_reply(make_client(settings), "m", [], ReplyStats(),
+                                        temperature=1.0, top_p=1.0, max_tokens=8):
+            pieces.append(piece)
+    return pieces, info.value
+
+
+async def test_a_stream_cut_mid_reply_is_reported_as_interrupted():
+    async def cut(writer):
+        writer.transport.abort()
+    server = await stub_engine(cut)
+    async with server:
+        pieces, error = await read_reply(server)
+    assert pieces == ["word "] * 3          # what came before the cut is kept
+    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "unreachable"
+
+
+async def test_a_stream_that_stalls_mid_reply_times_out():
+    async def stall(writer):
+        await asyncio.sleep(30)
+    server = await stub_engine(stall)
+    async with server:
+        pieces, error = await read_reply(server, read_timeout_s=0.5)
+    assert pieces == ["word "] * 3
+    assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
