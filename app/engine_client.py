@@ -119,30 +119,26 @@ async def stream_reply(
         extra_body=extra_body,  # vLLM's own sampling fields, e.g. ignore_eos for load tests
     )
     async with request as response:
-        lines = response.iter_lines()
-        while True:
-            try:
-                line = await anext(lines)
-            except StopAsyncIteration:
-                break
-            except READ_TIMEOUTS as exc:
-                raise openai.APITimeoutError(request=response.http_response.request) from exc
-            except READ_FAILURES as exc:
-                raise openai.APIConnectionError(request=response.http_response.request) from exc
-            chunk = sse_chunk(line)
-            if chunk is None:
-                continue
-            if usage := chunk.get("usage"):
-                stats.prompt_tokens = usage.get("prompt_tokens")
-                stats.completion_tokens = usage.get("completion_tokens")
-            for choice in chunk.get("choices") or ():
-                if choice.get("finish_reason"):
-                    stats.finish_reason = choice["finish_reason"]
-                text = (choice.get("delta") or {}).get("content")
-                if text:
-                    if stats.first_token_at is None:
-                        stats.first_token_at = time.perf_counter()
-                    yield text
+        try:
+            async for line in response.iter_lines():
+                chunk = sse_chunk(line)
+                if chunk is None:
+                    continue
+                if usage := chunk.get("usage"):
+                    stats.prompt_tokens = usage.get("prompt_tokens")
+                    stats.completion_tokens = usage.get("completion_tokens")
+                for choice in chunk.get("choices") or ():
+                    if choice.get("finish_reason"):
+                        stats.finish_reason = choice["finish_reason"]
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        if stats.first_token_at is None:
+                            stats.first_token_at = time.perf_counter()
+                        yield text
+        except READ_TIMEOUTS as exc:
+            raise openai.APITimeoutError(request=response.http_response.request) from exc
+        except READ_FAILURES as exc:
+            raise openai.APIConnectionError(request=response.http_response.request) from exc
     stats.finished_at = time.perf_counter()
 
 

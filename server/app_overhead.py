@@ -75,14 +75,15 @@ async def app_path(client, model: str, messages: list[dict], settings: Settings,
 
 async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
                      headers: dict) -> AsyncIterator[dict]:
-    """The JSON chunks of the engine's event stream, read with plain httpx, to its end."""
+    """The JSON chunks of the engine's event stream, read with plain httpx to its end and
+    decoded as the app decodes them (engine_client.sse_chunk)."""
     async with http.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code != 200:
             message = bench.error_message(await response.aread())
             raise bench.StreamError(f"HTTP {response.status_code}: {message}")
         async for line in response.aiter_lines():
-            if line.startswith("data:") and (data := line[5:].strip()) != "[DONE]":
-                yield json.loads(data)
+            if (chunk := ec.sse_chunk(line)) is not None:
+                yield chunk
 
 
 async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: str,

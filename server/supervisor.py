@@ -314,12 +314,7 @@ class Stack:
         if now - self._last_probe < HEALTH_EVERY_S:
             return False
         self._last_probe = now
-        try:
-            healthy = httpx.get(f"{self.settings.engine_base_url}/health",
-                                timeout=HEALTH_TIMEOUT_S).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
-        if healthy:
+        if _http_ok(f"{self.settings.engine_base_url}/health", HEALTH_TIMEOUT_S):
             self._unhealthy_since = None
             return False
         self._unhealthy_since = self._unhealthy_since or now
@@ -363,9 +358,9 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
     try:
-        return httpx.get(url, timeout=2.0).status_code == 200
+        return httpx.get(url, timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False
 
