@@ -53,6 +53,11 @@ LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # Round trips a prompt may take to reach its exact length (vLLM's random dataset uses 10).
 MAX_LENGTH_FIXES = 10
 WARMUP_MAX_TOKENS = 16
+# vLLM's prefix cache reuses whole KV blocks (16 tokens by default) from the start of a
+# prompt: prompts whose first block is the same would be partly served from the cache.
+PREFIX_BLOCK = 16
+MAX_SHARED_FIRST_BLOCKS = 0.01  # of the prompts; more and TTFT would be a cached prompt's
+PREFIX_HIT_WARNING = 0.10       # of the prompt tokens, during a level
 READ_LIMIT = 1 << 20  # longest line or read: one event of a long reply fits
 CSV_FIELDS = ["concurrency", "index", "success", "prompt_tokens", "max_tokens", "output_tokens",
               "output_tokens_from", "start_s", "ttft_ms", "tpot_ms", "e2e_ms", "itl_mean_ms",
@@ -224,13 +229,62 @@ async def exact_prompt(tokenizer: ServerTokenizer, corpus_ids: list[int], offset
     return Prompt(text, count, 0)
 
 
+def shared_first_blocks(ids: list[int], offsets: list[int], block: int = PREFIX_BLOCK) -> int:
+    """How many prompts, read from ``ids`` at ``offsets``, repeat an earlier one's first block."""
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for offset in offsets:
+        first = tuple(ids[(offset + k) % len(ids)] for k in range(block))
+        repeats += first in seen
+        seen.add(first)
+    return repeats
+
+
+def distinct_offsets(ids: list[int], count: int, rng: random.Random) -> Optional[list[int]]:
+    """``count`` start places in ``ids`` whose prompts do not share their first block.
+
+    None when ``ids`` cannot give them: a corpus too short for ``count`` prompts, or
+    one the server's tokenizer reads as a few ids (a stand-in tokenizer maps it to <unk>).
+    """
+    offsets = rng.sample(range(len(ids)), min(count, len(ids)))
+    offsets = [offsets[i % len(offsets)] for i in range(count)]
+    if shared_first_blocks(ids, offsets) > MAX_SHARED_FIRST_BLOCKS * count:
+        return None
+    return offsets
+
+
+async def model_text_ids(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
+                         tokenizer: ServerTokenizer, need: int,
+                         max_model_len: Optional[int]) -> list[int]:
+    """Token ids of text the model samples itself: words its tokenizer surely knows.
+
+    Sampled at temperature 1 with a seed per request (vLLM takes ``seed``), in pieces that
+    fit the context, all at once; ``ignore_eos`` keeps every piece full length.
+    """
+    piece = max(PREFIX_BLOCK, min(need, 2048, (max_model_len or 2048) - 16))
+    async def sample(seed: int) -> str:
+        body = {"model": model, "prompt": "Hello", "max_tokens": piece, "temperature": 1.0,
+                "seed": cfg.load.seed * 1000 + seed, "ignore_eos": True}
+        response = await http.post(f"{cfg.url}/v1/completions", json=body,
+                                   headers=auth_headers(cfg.api_key))
+        if response.status_code != 200:
+            raise BenchError(f"{cfg.url}/v1/completions answered HTTP {response.status_code} "
+                             f"while sampling prompt text: {error_message(response.content)}")
+        return response.json()["choices"][0]["text"]
+    texts = await asyncio.gather(*(sample(i) for i in range(math.ceil(need / piece))))
+    return await tokenizer.encode(" ".join(texts), special=False)
+
+
 async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
-                        lengths: list[tuple[int, int]], rng: random.Random,
-                        status: StatusLine) -> tuple[list[Prompt], str]:
+                        lengths: list[tuple[int, int]], max_model_len: Optional[int],
+                        rng: random.Random, status: StatusLine) -> tuple[list[Prompt], str]:
     """One prompt per (prompt, reply) length, and how their lengths were counted.
 
     Every prompt starts at a different place of the corpus, so no two share a
-    prefix the server could serve from its prefix cache.
+    prefix the server could serve from its prefix cache.  Where the server's
+    tokenizer cannot tell the corpus apart (the GPU stand-in's reads it all as
+    <unk>, and 512 <unk>s make every prompt the same), the text is sampled from
+    the model instead, as vLLM's random dataset draws random token ids.
     """
     corpus = CORPUS.read_text(encoding="utf-8")
     tokenizer = ServerTokenizer(http, cfg, model)
@@ -244,13 +298,24 @@ async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
         prompts = [Prompt(" ".join(words[(offsets[i % len(offsets)] + k) % len(words)]
                                    for k in range(p)), p, o) for i, (p, o) in enumerate(lengths)]
         return prompts, "words (approximate: the server has no /tokenize)"
-    offsets = rng.sample(range(len(corpus_ids)), min(len(lengths), len(corpus_ids)))
+    source = "the repo's corpus"
+    offsets = distinct_offsets(corpus_ids, len(lengths), rng)
+    if offsets is None:
+        status.update("sampling prompt text from the model (the corpus would repeat prompts)")
+        need = len(lengths) + max(p for p, _ in lengths)  # a place for each, and room to read
+        corpus_ids = await model_text_ids(http, cfg, model, tokenizer, need, max_model_len)
+        offsets = distinct_offsets(corpus_ids, len(lengths), rng)
+        if offsets is None:
+            raise BenchError("Cannot build prompts that differ: the server's tokenizer reads "
+                             "both the corpus and the model's own text as a few repeated ids, "
+                             "so every prompt would be served from the prefix cache.")
+        source = "text sampled from the model (its tokenizer reads the corpus as repeats)"
     prompts = []
     for i, (p, o) in enumerate(lengths):
-        prompt = await exact_prompt(tokenizer, corpus_ids, offsets[i % len(offsets)], p, specials)
+        prompt = await exact_prompt(tokenizer, corpus_ids, offsets[i], p, specials)
         prompts.append(replace(prompt, max_tokens=o))
         status.update(f"building prompts {i + 1}/{len(lengths)}")
-    return prompts, "server tokenizer (POST /tokenize), exact"
+    return prompts, f"server tokenizer (POST /tokenize), exact; text: {source}"
 
 
 # --- the streaming connection ------------------------------------------------------
@@ -515,6 +580,24 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
 
 # --- the whole run ---------------------------------------------------------------------
 
+async def prefix_cache_counters(cfg: BenchConfig) -> Optional[tuple[int, int]]:
+    """(prompt tokens looked up, found) in vLLM's prefix cache; None without its /metrics."""
+    try:
+        from server.metrics import fetch_metrics_async
+        async with httpx.AsyncClient(timeout=5.0, headers=auth_headers(cfg.api_key)) as http:
+            metrics = await fetch_metrics_async(http, cfg.url)
+    except (ImportError, httpx.HTTPError, ValueError):
+        return None
+    return metrics.prefix_cache_queries, metrics.prefix_cache_hits
+
+
+def hit_rate(before: Optional[tuple[int, int]], after: Optional[tuple[int, int]]) -> Optional[float]:
+    """The share of prompt tokens served from the prefix cache between two readings."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 async def prepare(cfg: BenchConfig, count: int, rng: random.Random,
                   status: StatusLine) -> tuple[str, Optional[int], list[Prompt], str]:
     """The served model, its max_model_len, ``count`` prompts and how they were counted."""
@@ -527,7 +610,8 @@ async def prepare(cfg: BenchConfig, count: int, rng: random.Random,
             lengths = sample_lengths(count, cfg.load.input_len, cfg.load.output_len,
                                      cfg.load.range_ratio, rng)
         check_fits(lengths, max_model_len)
-        prompts, counted_by = await build_prompts(http, cfg, model, lengths, rng, status)
+        prompts, counted_by = await build_prompts(http, cfg, model, lengths, max_model_len,
+                                                  rng, status)
     return model, max_model_len, prompts, counted_by
 
 
@@ -559,11 +643,13 @@ async def run_bench(cfg: BenchConfig, out=print) -> dict:
             break
         first = cfg.warmup + n * cfg.load.num_prompts
         status = StatusLine("bench")
+        cache_before = await prefix_cache_counters(cfg)
         cpu_before = time.process_time()
         records, duration = await run_level(
             cfg, model, prompts[first:first + cfg.load.num_prompts], concurrency,
             ignore_eos, deadline, status)
         summary = summarize(records, duration, cfg.slo)
+        summary["prefix_cache_hit_rate"] = hit_rate(cache_before, await prefix_cache_counters(cfg))
         # A saturated client measures itself, not the server: say so in the result.
         summary["client_cpu_fraction"] = (time.process_time() - cpu_before) / duration
         summary["not_sent"] = cfg.load.num_prompts - len(records)
@@ -602,6 +688,13 @@ def render(result: dict) -> str:
             f"{trio(s['tpot_ms']):>20} | {trio(s['itl_ms']):>20} | {trio(s['e2e_ms']):>24}")
     slo = result["levels"][0]["summary"]["slo"]["text"] if result["levels"] else ""
     lines.append(f"goodput: requests/s with {slo}")
+    cached = {l["concurrency"]: l["summary"].get("prefix_cache_hit_rate") for l in result["levels"]}
+    if any(rate is not None for rate in cached.values()):
+        lines.append("prompt tokens served from the prefix cache: " + ", ".join(
+            f"{'-' if rate is None else f'{rate:.1%}'} at concurrency {c}" for c, rate in cached.items()))
+    if any((rate or 0) > PREFIX_HIT_WARNING for rate in cached.values()):
+        lines.append("WARNING: the server's prefix cache served many prompt tokens: TTFT is that "
+                     "of cached prompts, not of new ones.")
     busy = [l["concurrency"] for l in result["levels"] if l["summary"]["client_cpu_fraction"] > 0.9]
     if busy:
         lines.append(f"WARNING: this client used over 90% of a CPU core at concurrency {busy}: "

@@ -23,6 +23,9 @@ class EngineMetrics:
     ttft_avg_s: Optional[float]     # mean time to first token since start
     prompt_tokens: int
     generation_tokens: int
+    # Prompt tokens looked up in the prefix cache, and found there (counters since start).
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
 
     def summary(self) -> str:
         pool = f" of {self.kv_cache_tokens:,} tokens" if self.kv_cache_tokens else ""
@@ -56,6 +59,8 @@ def parse_metrics(text: str) -> EngineMetrics:
         ttft_avg_s=sums["vllm:time_to_first_token_seconds_sum"] / ttft_count if ttft_count else None,
         prompt_tokens=int(sums.get("vllm:prompt_tokens_total", sums.get("vllm:prompt_tokens", 0))),
         generation_tokens=int(sums.get("vllm:generation_tokens_total", sums.get("vllm:generation_tokens", 0))),
+        prefix_cache_queries=int(sums.get("vllm:prefix_cache_queries_total", 0)),
+        prefix_cache_hits=int(sums.get("vllm:prefix_cache_hits_total", 0)),
     )
 
 

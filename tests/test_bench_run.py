@@ -58,6 +58,8 @@ def test_short_bench_run_is_complete_and_consistent(engine, short_run):
         assert s["request_throughput"] > 0 and s["goodput"] == pytest.approx(s["request_throughput"])
         assert s["output_throughput"] == pytest.approx(16 * s["request_throughput"])
         assert s["ttft_ms"]["median"] <= s["ttft_ms"]["p99"]
+        # Prompts of their own: the server's prefix cache served (almost) none of them.
+        assert s["prefix_cache_hit_rate"] is not None and s["prefix_cache_hit_rate"] < 0.10
     rows = list(csv.DictReader((out / "requests.csv").open()))
     assert len(rows) == 16 and {row["concurrency"] for row in rows} == {"1", "2"}
     assert all(float(row["ttft_ms"]) < float(row["e2e_ms"]) for row in rows)
@@ -98,6 +100,37 @@ def test_statistics_equal_vllm_bench_serve_on_the_same_records(short_run, engine
                   for stat in ("mean", "median", "p99")),
                 s["e2e_ms"]["mean"], s["e2e_ms"]["median"]]
         assert ours == pytest.approx(vllm, rel=1e-9)
+
+
+def cached_run(engine, out: Path, capsys) -> tuple[dict, str]:
+    settings, _ = engine
+    assert bench("--url", settings.engine_base_url, "--num-prompts", "6", "--concurrency", "2",
+                 "--input-len", "300", "--output-len", "4", "--no-plots", "--out", str(out)) == 0
+    return json.loads((out / "bench.json").read_text()), capsys.readouterr().out
+
+
+def test_a_corpus_the_tokenizer_reads_as_repeats_gives_way_to_the_models_text(
+        engine, tmp_path, monkeypatch, capsys):
+    # The GPU stand-in tokenizer read the corpus as 512 <unk>s: every prompt was the same and
+    # the prefix cache served 98% of it. A corpus of one repeated word does that here.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("zebra " * 4000, encoding="utf-8")
+    monkeypatch.setattr("server.bench.CORPUS", corpus)
+    result, printed = cached_run(engine, tmp_path / "run", capsys)
+    assert "text sampled from the model" in result["params"]["prompt_lengths"]
+    level = result["levels"][0]
+    assert all(r["success"] and r["prompt_tokens"] == 300 for r in level["records"])
+    assert level["summary"]["prefix_cache_hit_rate"] < 0.10
+    assert "WARNING: the server's prefix cache" not in printed
+
+
+def test_prompts_served_from_the_prefix_cache_are_reported(engine, tmp_path, monkeypatch, capsys):
+    # The check above must be able to fail: the same prompt every time is seen as cached
+    # (here in whole blocks of 128 tokens, the CPU build's block size: 256 of 300).
+    monkeypatch.setattr("server.bench.distinct_offsets", lambda ids, count, rng: [0] * count)
+    result, printed = cached_run(engine, tmp_path / "run", capsys)
+    assert result["levels"][0]["summary"]["prefix_cache_hit_rate"] > 0.5
+    assert "WARNING: the server's prefix cache served many prompt tokens" in printed
 
 
 def test_plot_only_redraws_from_the_json(engine, tmp_path):

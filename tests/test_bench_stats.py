@@ -333,3 +333,28 @@ def test_bench_modules_import_without_the_app_environment():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_prompts_that_share_their_first_cache_block_are_counted():
+    shared_first_blocks = bench.shared_first_blocks
+    ids = list(range(100))
+    assert shared_first_blocks(ids, [0, 16, 32, 50]) == 0
+    assert shared_first_blocks(ids, [0, 16, 0, 16, 3]) == 2            # the same place twice
+    assert shared_first_blocks([7] * 100, [0, 10, 20, 30]) == 3         # a corpus of one id
+    assert shared_first_blocks(ids, [0, 1], block=1) == 0
+
+
+def test_distinct_offsets_refuses_a_corpus_too_short_or_too_repetitive():
+    distinct_offsets = bench.distinct_offsets
+    ids = list(range(1000))
+    offsets = distinct_offsets(ids, 200, random.Random(1))
+    assert offsets is not None and len(set(offsets)) == 200
+    assert distinct_offsets(ids[:100], 200, random.Random(1)) is None     # places repeat
+    assert distinct_offsets([0, 1] * 500, 50, random.Random(1)) is None   # two first blocks only
+
+
+def test_prefix_cache_hit_rate_between_two_readings():
+    hit_rate = bench.hit_rate
+    assert hit_rate((1000, 100), (3000, 600)) == 0.25
+    assert hit_rate(None, (3000, 600)) is None and hit_rate((1000, 100), None) is None
+    assert hit_rate((1000, 100), (1000, 100)) is None                    # nothing was asked

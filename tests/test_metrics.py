@@ -19,6 +19,10 @@ vllm:generation_tokens_total{engine="0",model_name="ernie"} 500.0
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="ernie"} 1.5
 vllm:time_to_first_token_seconds_count{engine="0",model_name="ernie"} 10.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="ernie"} 800.0
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="ernie"} 96.0
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
 """
@@ -31,6 +35,7 @@ def test_parse_metrics_reads_every_figure():
     assert m.kv_cache_tokens == 16_000  # blocks x block size
     assert m.ttft_avg_s == 0.15
     assert (m.prompt_tokens, m.generation_tokens) == (1000, 500)
+    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (800, 96)
     assert "25.0% used of 16,000 tokens" in m.summary() and "150 ms" in m.summary()
 
 

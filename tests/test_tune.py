@@ -73,6 +73,15 @@ def test_explanation_names_the_choice_the_runner_up_and_the_failures():
 
 # --- the sweep -----------------------------------------------------------------------------
 
+def test_table_warns_of_points_whose_prompts_the_prefix_cache_served():
+    fresh, cached = measured(2048, 9.0), measured(4096, 8.0)
+    fresh.summary["prefix_cache_hit_rate"], cached.summary["prefix_cache_hit_rate"] = 0.0, 0.98
+    table = tune.render_table([fresh, cached])
+    assert table.count("WARNING") == 1 and cached.point.label() in table.splitlines()[-1]
+    assert fresh.point.label() not in table.splitlines()[-1]
+    assert "WARNING" not in tune.render_table([fresh])
+
+
 def test_sweep_is_the_cartesian_product_in_order():
     points = tune.sweep((2048, 8192), utilizations=(0.5, 0.9), max_num_seqs=(64, 128, 256))
     assert len(points) == 12

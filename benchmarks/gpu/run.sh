@@ -17,6 +17,42 @@ tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point
         --engine-args "--load-format dummy" --need-max-model-len 2048 \
         --point-timeout-s 300 --total-timeout-s 560 --out "/tmp/res/$name" "$@" 2>&1 | tail -n 40
 }
+compare_engine() {  # one engine for both tools, and a warm-up run that is not counted
+    python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
+        --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
+        --gpu-memory-utilization 0.5 --no-enable-prefix-caching > /tmp/res/compare-engine.log 2>&1 &
+    for _ in $(seq 100); do
+        python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null && break
+        sleep 2
+    done
+    mkdir -p /tmp/res/compare
+    echo "warm-up (not counted)"; python3 -m server.cli bench --url http://127.0.0.1:8000 \
+        --concurrency 64 --input-len 512 --output-len 128 --num-prompts 512 --seed 99 --no-plots \
+        --out /tmp/res/warm | tail -n 3
+}
+cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twice a second
+    while [ -e "/proc/$1/stat" ]; do
+        echo "$(date +%s.%N) $(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" >> "$2"; sleep 0.5
+    done
+}
+# Both tools, 512-token prompts and 128-token replies (ignore_eos); prompts differ every run.
+vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
+    python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
+        --tokenizer .gpu/model --port 8000 --dataset-name random --random-input-len 512 \
+        --random-output-len 128 --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
+        --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
+        --result-dir /tmp/res/compare --result-filename "vllm-$3.json" --seed "$3" > "/tmp/res/compare/vllm-$3.txt" 2>&1 &
+    local pid=$!; cpu_trace $pid "/tmp/res/compare/vllm-$3.cpu"; wait $pid
+    grep -E "Request throughput|Mean TTFT" "/tmp/res/compare/vllm-$3.txt" | tr -s ' ' | paste -sd' '
+}
+ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterwards with
+          # `ernie-chat bench --plot-only ours-SEED/bench.json --compare-vllm vllm-N.json`
+    python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency "$1" --input-len 512 \
+        --output-len 128 --num-prompts "$2" --seed "$3" --no-plots --out "/tmp/res/compare/ours-$3" \
+        > "/tmp/res/compare/ours-$3.txt" 2>&1
+    grep -A2 -E "^ conc" "/tmp/res/compare/ours-$3.txt" | tail -n 1
+}
+deadline=${COMPARE_DEADLINE_S:-470}
 case $phase in
   sweep)   # what tune picks: max-num-seqs matters most for this small model
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv | tee "$out/gpu.csv"
@@ -37,25 +73,46 @@ case $phase in
     tune repeat-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
     tune repeat-seqs-256 --utilization 0.9 --max-model-len 8192 --max-num-seqs 256 "${load[@]}"
     tune repeat-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
-  compare) # ours against `vllm bench serve` on one engine, alternating (a quiet 16-core client)
-    python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
-        --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
-        --gpu-memory-utilization 0.5 > /tmp/res/compare-engine.log 2>&1 &
-    for _ in $(seq 100); do
-        python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null && break
-        sleep 2
-    done
-    same=(--num-prompts 256 --input-len 512 --output-len 128)
-    for n in 1 2; do
-        python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
-            --tokenizer .gpu/model --port 8000 --dataset-name random --random-input-len 512 \
-            --random-output-len 128 --num-prompts 256 --max-concurrency 64 --ignore-eos \
-            --percentile-metrics ttft,tpot,itl,e2el --save-result --result-dir "$out" \
-            --result-filename "vllm-$n.json" --seed $n 2>&1 | tail -n 4
-        python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency 64 "${same[@]}" \
-            --seed $n --no-plots --out "/tmp/res/ours-$n" --compare-vllm "$out/vllm-$n.json" | tail -n 12
-        cp "/tmp/res/ours-$n/bench.json" "$out/ours-$n.json"
+  fresh1)  # the goodput table again with prompts that differ (the ones above shared one
+           # prompt: the stand-in tokenizer read the corpus as <unk>, the prefix cache served it)
+    tune fresh-batch --utilization 0.9 --max-model-len 8192 --max-num-seqs default,128,256 "${load[@]}" ;;
+  fresh2)
+    tune fresh-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
+    tune fresh-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
+  fresh3)
+    tune fresh-seed-2048 --utilization 0.85 --max-model-len 2048 "${load[@]}"
+    tune fresh-seed-4096 --utilization 0.88 --max-model-len 4096 "${load[@]}" ;;
+  compare) # ours against `vllm bench serve` on one engine: a warm-up, then rounds of ~30 s
+            # in alternating order (vLLM's tool first in odd rounds), new prompts every run
+    rounds=${COMPARE_ROUNDS:-4}; prompts=${COMPARE_PROMPTS:-2880}
+    compare_engine
+    for n in $(seq "$rounds"); do
+        (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
+        echo "== round $n (${SECONDS}s)"
+        if (( n % 2 )); then vllm_tool 64 "$prompts" $((100 + n)); ours 64 "$prompts" $((200 + n))
+        else ours 64 "$prompts" $((200 + n)); vllm_tool 64 "$prompts" $((100 + n)); fi
+        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
     done ;;
+  light)   # a load light enough for either client: 16 in flight, alternating
+    compare_engine
+    for n in 1 2; do
+        echo "== 16 in flight, round $n (${SECONDS}s)"
+        if (( n % 2 )); then vllm_tool 16 1200 $((300 + n)); ours 16 1200 $((400 + n))
+        else ours 16 1200 $((400 + n)); vllm_tool 16 1200 $((300 + n)); fi
+        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
+    done ;;
+  split)   # is a tool held back by its own client at 64 in flight? The same load from two
+           # processes of 32 in flight each, for both tools, then one process of 64 each
+    compare_engine
+    for tool in vllm_tool ours; do
+        echo "== $tool: two processes of 32 in flight at once (${SECONDS}s)"
+        $tool 32 1440 501 > /tmp/res/compare/split-a.txt & split=$!
+        $tool 32 1440 502; wait $split; cat /tmp/res/compare/split-a.txt
+        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
+    done
+    (( SECONDS > deadline )) || { echo "== 64 in flight, one process each (${SECONDS}s)";
+        vllm_tool 64 2880 601; ours 64 2880 701; }
+    tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
