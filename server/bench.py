@@ -615,11 +615,23 @@ async def prepare(cfg: BenchConfig, count: int, rng: random.Random,
     return model, max_model_len, prompts, counted_by
 
 
-async def run_bench(cfg: BenchConfig, out=print) -> dict:
+def prompts_sharegpt(prompts: list[Prompt]) -> str:
+    """The prompts as ``vllm bench serve --dataset-name sharegpt`` reads them, in sending order.
+
+    ShareGPT rather than vLLM's ``custom`` JSONL because reading that needs pandas, which
+    the GPU machine lacks; the reply length comes from ``--sharegpt-output-len``.
+    """
+    return json.dumps([{"conversations": [{"from": "human", "value": p.text},
+                                          {"from": "gpt", "value": ""}]} for p in prompts],
+                      ensure_ascii=False, indent=0) + "\n"
+
+
+async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = None) -> dict:
     """Every concurrency level of ``cfg``; the result as saved in bench.json.
 
     ``cfg.max_seconds`` bounds the load itself, from the first measured request on;
-    building the prompts and the warm-up come before it.
+    building the prompts and the warm-up come before it.  ``prompts_file`` receives the
+    measured prompts, so that another tool can send exactly the same load.
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     levels = list(cfg.concurrencies)
@@ -627,6 +639,9 @@ async def run_bench(cfg: BenchConfig, out=print) -> dict:
     # Every level gets prompts of its own: repeated ones would be served from the prefix cache.
     model, max_model_len, prompts, counted_by = await prepare(
         cfg, cfg.load.num_prompts * len(levels) + cfg.warmup, random.Random(cfg.load.seed), status)
+    if prompts_file is not None:
+        prompts_file.parent.mkdir(parents=True, exist_ok=True)
+        prompts_file.write_text(prompts_sharegpt(prompts[cfg.warmup:]), encoding="utf-8")
     conn = StreamConnection(cfg.url, cfg.api_key, cfg.request_timeout_s)
     try:
         ignore_eos = await warm_up(conn, cfg, model, prompts[:cfg.warmup], out)
@@ -836,6 +851,10 @@ def add_parser(sub) -> None:
     bench.add_argument("--api-key", help="default: ERNIE_API_KEY")
     bench.add_argument("--out", type=Path, help="results folder (default benchmarks/results/<time>/)")
     bench.add_argument("--no-plots", action="store_true", help="write JSON and CSV only")
+    bench.add_argument("--save-prompts", action="store_true",
+                       help="also write prompts.json, the measured prompts, so that `vllm bench "
+                       "serve --dataset-name sharegpt --dataset-path prompts.json "
+                       "--sharegpt-output-len N --disable-shuffle` sends the same load")
     bench.add_argument("--plot-only", type=Path, metavar="RESULT.json",
                        help="draw the plots (and print the table) of a saved result; sends nothing")
     bench.add_argument("--compare-vllm", type=Path, metavar="VLLM.json",
@@ -864,7 +883,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.app_overhead:
             from server import app_overhead
             return app_overhead.run(cfg, settings, args.repetitions, out_dir)
-        result = asyncio.run(run_bench(cfg))
+        result = asyncio.run(run_bench(cfg, prompts_file=out_dir / "prompts.json"
+                                       if args.save_prompts else None))
     except BenchError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2

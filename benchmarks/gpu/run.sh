@@ -28,18 +28,22 @@ compare_engine() {  # one engine for both tools, and a warm-up run that is not c
     mkdir -p /tmp/res/compare
     echo "warm-up (not counted)"; python3 -m server.cli bench --url http://127.0.0.1:8000 \
         --concurrency 64 --input-len 512 --output-len 128 --num-prompts 512 --seed 99 --no-plots \
-        --out /tmp/res/warm | tail -n 3
+        --save-prompts --out /tmp/res/warm | tail -n 3
+    last_prompts=/tmp/res/warm/prompts.json
 }
 cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twice a second
     while [ -e "/proc/$1/stat" ]; do
         echo "$(date +%s.%N) $(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" >> "$2"; sleep 0.5
     done
 }
-# Both tools, 512-token prompts and 128-token replies (ignore_eos); prompts differ every run.
+# Both tools, 512-token prompts and 128-token replies (ignore_eos). vLLM's tool sends the
+# prompts our last run sent (`--save-prompts`, in ShareGPT form; more are repeated in its
+# own order), so both send the same kind of text; with prefix caching off a repeat costs
+# the same as a new prompt.
 vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
     python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
-        --tokenizer .gpu/model --port 8000 --dataset-name random --random-input-len 512 \
-        --random-output-len 128 --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
+        --tokenizer .gpu/model --port 8000 --dataset-name sharegpt --dataset-path "$last_prompts" \
+        --sharegpt-output-len 128 --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
         --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
         --result-dir /tmp/res/compare --result-filename "vllm-$3.json" --seed "$3" > "/tmp/res/compare/vllm-$3.txt" 2>&1 &
     local pid=$!; cpu_trace $pid "/tmp/res/compare/vllm-$3.cpu"; wait $pid
@@ -48,8 +52,9 @@ vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
 ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterwards with
           # `ernie-chat bench --plot-only ours-SEED/bench.json --compare-vllm vllm-N.json`
     python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency "$1" --input-len 512 \
-        --output-len 128 --num-prompts "$2" --seed "$3" --no-plots --out "/tmp/res/compare/ours-$3" \
-        > "/tmp/res/compare/ours-$3.txt" 2>&1
+        --output-len 128 --num-prompts "$2" --seed "$3" --no-plots --save-prompts \
+        --out "/tmp/res/compare/ours-$3" > "/tmp/res/compare/ours-$3.txt" 2>&1
+    last_prompts=/tmp/res/compare/ours-$3/prompts.json
     grep -A2 -E "^ conc" "/tmp/res/compare/ours-$3.txt" | tail -n 1
 }
 deadline=${COMPARE_DEADLINE_S:-470}
@@ -91,7 +96,7 @@ case $phase in
         echo "== round $n (${SECONDS}s)"
         if (( n % 2 )); then vllm_tool 64 "$prompts" $((100 + n)); ours 64 "$prompts" $((200 + n))
         else ours 64 "$prompts" $((200 + n)); vllm_tool 64 "$prompts" $((100 + n)); fi
-        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
+        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
     done ;;
   light)   # a load light enough for either client: 16 in flight, alternating
     compare_engine
@@ -99,7 +104,7 @@ case $phase in
         echo "== 16 in flight, round $n (${SECONDS}s)"
         if (( n % 2 )); then vllm_tool 16 1200 $((300 + n)); ours 16 1200 $((400 + n))
         else ours 16 1200 $((400 + n)); vllm_tool 16 1200 $((300 + n)); fi
-        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
+        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
     done ;;
   split)   # is a tool held back by its own client at 64 in flight? The same load from two
            # processes of 32 in flight each, for both tools, then one process of 64 each
@@ -108,14 +113,14 @@ case $phase in
         echo "== $tool: two processes of 32 in flight at once (${SECONDS}s)"
         $tool 32 1440 501 > /tmp/res/compare/split-a.txt & split=$!
         $tool 32 1440 502; wait $split; cat /tmp/res/compare/split-a.txt
-        tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log
+        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
     done
     (( SECONDS > deadline )) || { echo "== 64 in flight, one process each (${SECONDS}s)";
         vllm_tool 64 2880 601; ours 64 2880 701; }
-    tar -czf "$out/compare.tgz" -C /tmp/res compare compare-engine.log ;;
+    tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
     ERNIE_ENFORCE_EAGER=true tune eager --utilization 0.5 --max-model-len 8192 "${one[@]}" ;;
 esac
-tar -czf "$out/$phase.tgz" -C /tmp/res .
+tar -czf "$out/$phase.tgz" --exclude=prompts.json -C /tmp/res .
