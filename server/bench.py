@@ -591,6 +591,11 @@ async def prefix_cache_counters(cfg: BenchConfig) -> Optional[tuple[int, int]]:
     return metrics.prefix_cache_queries, metrics.prefix_cache_hits
 
 
+def mostly_cached(summary: dict) -> bool:
+    """Whether the prefix cache served so many prompt tokens that TTFT is a cached prompt's."""
+    return (summary.get("prefix_cache_hit_rate") or 0) > PREFIX_HIT_WARNING
+
+
 def hit_rate(before: Optional[tuple[int, int]], after: Optional[tuple[int, int]]) -> Optional[float]:
     """The share of prompt tokens served from the prefix cache between two readings."""
     if before is None or after is None or after[0] <= before[0]:
@@ -707,7 +712,7 @@ def render(result: dict) -> str:
     if any(rate is not None for rate in cached.values()):
         lines.append("prompt tokens served from the prefix cache: " + ", ".join(
             f"{'-' if rate is None else f'{rate:.1%}'} at concurrency {c}" for c, rate in cached.items()))
-    if any((rate or 0) > PREFIX_HIT_WARNING for rate in cached.values()):
+    if any(mostly_cached(l["summary"]) for l in result["levels"]):
         lines.append("WARNING: the server's prefix cache served many prompt tokens: TTFT is that "
                      "of cached prompts, not of new ones.")
     busy = [l["concurrency"] for l in result["levels"] if l["summary"]["client_cpu_fraction"] > 0.9]

@@ -316,8 +316,7 @@ def render_table(outcomes: list[Outcome]) -> str:
             f"{bench.one_decimal(s.get('ttft_ms', {}).get('median')):>9}"
             f"{bench.one_decimal(s.get('tpot_ms', {}).get('median')):>9}  "
             f"{o.status}{': ' + o.reason[:120] if o.reason else ''}")
-    cached = [o.point.label() for o in outcomes
-              if ((o.summary or {}).get("prefix_cache_hit_rate") or 0) > bench.PREFIX_HIT_WARNING]
+    cached = [o.point.label() for o in outcomes if o.summary and bench.mostly_cached(o.summary)]
     if cached:
         lines.append(f"WARNING: the prefix cache served many prompt tokens at {', '.join(cached)}: "
                      "TTFT and goodput there are those of cached prompts.")

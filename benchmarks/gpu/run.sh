@@ -17,6 +17,7 @@ tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point
         --engine-args "--load-format dummy" --need-max-model-len 2048 \
         --point-timeout-s 300 --total-timeout-s 560 --out "/tmp/res/$name" "$@" 2>&1 | tail -n 40
 }
+in_len=512; out_len=128  # the comparison's load, for both tools
 compare_engine() {  # one engine for both tools, and a warm-up run that is not counted
     python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
         --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
@@ -27,8 +28,8 @@ compare_engine() {  # one engine for both tools, and a warm-up run that is not c
     done
     mkdir -p /tmp/res/compare
     echo "warm-up (not counted)"; python3 -m server.cli bench --url http://127.0.0.1:8000 \
-        --concurrency 64 --input-len 512 --output-len 128 --num-prompts 512 --seed 99 --no-plots \
-        --save-prompts --out /tmp/res/warm | tail -n 3
+        --concurrency 64 --input-len $in_len --output-len $out_len --num-prompts 512 --seed 99 \
+        --no-plots --save-prompts --out /tmp/res/warm | tail -n 3
     last_prompts=/tmp/res/warm/prompts.json
 }
 cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twice a second
@@ -36,14 +37,14 @@ cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twic
         echo "$(date +%s.%N) $(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" >> "$2"; sleep 0.5
     done
 }
-# Both tools, 512-token prompts and 128-token replies (ignore_eos). vLLM's tool sends the
+# Both tools send the same load (in_len, out_len, ignore_eos). vLLM's tool sends the
 # prompts our last run sent (`--save-prompts`, in ShareGPT form; more are repeated in its
 # own order), so both send the same kind of text; with prefix caching off a repeat costs
 # the same as a new prompt.
 vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
     python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
         --tokenizer .gpu/model --port 8000 --dataset-name sharegpt --dataset-path "$last_prompts" \
-        --sharegpt-output-len 128 --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
+        --sharegpt-output-len $out_len --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
         --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
         --result-dir /tmp/res/compare --result-filename "vllm-$3.json" --seed "$3" > "/tmp/res/compare/vllm-$3.txt" 2>&1 &
     local pid=$!; cpu_trace $pid "/tmp/res/compare/vllm-$3.cpu"; wait $pid
@@ -51,11 +52,22 @@ vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
 }
 ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterwards with
           # `ernie-chat bench --plot-only ours-SEED/bench.json --compare-vllm vllm-N.json`
-    python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency "$1" --input-len 512 \
-        --output-len 128 --num-prompts "$2" --seed "$3" --no-plots --save-prompts \
+    python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency "$1" --input-len $in_len \
+        --output-len $out_len --num-prompts "$2" --seed "$3" --no-plots --save-prompts \
         --out "/tmp/res/compare/ours-$3" > "/tmp/res/compare/ours-$3.txt" 2>&1
     last_prompts=/tmp/res/compare/ours-$3/prompts.json
     grep -A2 -E "^ conc" "/tmp/res/compare/ours-$3.txt" | tail -n 1
+}
+pack() { tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log; }
+alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED: rounds of both tools, vLLM's first in
+               # odd ones; its runs get seeds SEED+n, ours SEED+100+n
+    for n in $(seq "$1"); do
+        (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
+        echo "== $2 in flight, round $n (${SECONDS}s)"
+        if (( n % 2 )); then vllm_tool "$2" "$3" $(($4 + n)); ours "$2" "$3" $(($4 + 100 + n))
+        else ours "$2" "$3" $(($4 + 100 + n)); vllm_tool "$2" "$3" $(($4 + n)); fi
+        pack
+    done
 }
 deadline=${COMPARE_DEADLINE_S:-470}
 case $phase in
@@ -88,24 +100,12 @@ case $phase in
     tune fresh-seed-2048 --utilization 0.85 --max-model-len 2048 "${load[@]}"
     tune fresh-seed-4096 --utilization 0.88 --max-model-len 4096 "${load[@]}" ;;
   compare) # ours against `vllm bench serve` on one engine: a warm-up, then rounds of ~30 s
-            # in alternating order (vLLM's tool first in odd rounds), new prompts every run
-    rounds=${COMPARE_ROUNDS:-4}; prompts=${COMPARE_PROMPTS:-2880}
+            # in alternating order; ours sends new prompts every run, vLLM's its last ones
     compare_engine
-    for n in $(seq "$rounds"); do
-        (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
-        echo "== round $n (${SECONDS}s)"
-        if (( n % 2 )); then vllm_tool 64 "$prompts" $((100 + n)); ours 64 "$prompts" $((200 + n))
-        else ours 64 "$prompts" $((200 + n)); vllm_tool 64 "$prompts" $((100 + n)); fi
-        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
-    done ;;
+    alternate "${COMPARE_ROUNDS:-4}" 64 "${COMPARE_PROMPTS:-2880}" 100 ;;
   light)   # a load light enough for either client: 16 in flight, alternating
     compare_engine
-    for n in 1 2; do
-        echo "== 16 in flight, round $n (${SECONDS}s)"
-        if (( n % 2 )); then vllm_tool 16 1200 $((300 + n)); ours 16 1200 $((400 + n))
-        else ours 16 1200 $((400 + n)); vllm_tool 16 1200 $((300 + n)); fi
-        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
-    done ;;
+    alternate 2 16 1200 300 ;;
   split)   # is a tool held back by its own client at 64 in flight? The same load from two
            # processes of 32 in flight each, for both tools, then one process of 64 each
     compare_engine
@@ -113,11 +113,11 @@ case $phase in
         echo "== $tool: two processes of 32 in flight at once (${SECONDS}s)"
         $tool 32 1440 501 > /tmp/res/compare/split-a.txt & split=$!
         $tool 32 1440 502; wait $split; cat /tmp/res/compare/split-a.txt
-        tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log
+        pack
     done
     (( SECONDS > deadline )) || { echo "== 64 in flight, one process each (${SECONDS}s)";
         vllm_tool 64 2880 601; ours 64 2880 701; }
-    tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log ;;
+    pack ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
