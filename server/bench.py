@@ -37,13 +37,16 @@ from contextlib import aclosing
 from urllib.parse import urlsplit
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import AsyncIterator, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Optional
 
 import httpx
 
 from server.bench_stats import RequestRecord, Slo, percent_difference, summarize
 from server.progress import StatusLine
 from server.settings import auth_headers
+
+if TYPE_CHECKING:  # server.metrics needs prometheus_client: imported when /metrics is read
+    from server.metrics import EngineMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -52,6 +55,7 @@ CORPUS = Path(__file__).with_name("demo_corpus.txt")
 LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # Round trips a prompt may take to reach its exact length (vLLM's random dataset uses 10).
 MAX_LENGTH_FIXES = 10
+PROMPT_BUILDERS = 8  # prompts built at once (each takes a few /tokenize round trips)
 WARMUP_MAX_TOKENS = 16
 # vLLM's prefix cache reuses whole KV blocks (16 tokens by default) from the start of a
 # prompt: prompts whose first block is the same would be partly served from the cache.
@@ -310,12 +314,17 @@ async def build_prompts(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
                              "both the corpus and the model's own text as a few repeated ids, "
                              "so every prompt would be served from the prefix cache.")
         source = "text sampled from the model (its tokenizer reads the corpus as repeats)"
-    prompts = []
-    for i, (p, o) in enumerate(lengths):
-        prompt = await exact_prompt(tokenizer, corpus_ids, offsets[i], p, specials)
-        prompts.append(replace(prompt, max_tokens=o))
-        status.update(f"building prompts {i + 1}/{len(lengths)}")
-    return prompts, f"server tokenizer (POST /tokenize), exact; text: {source}"
+    # A few at a time: one by one, thousands of prompts took longer than the load itself.
+    slots, built = asyncio.Semaphore(PROMPT_BUILDERS), 0
+    async def build(offset: int, p: int, o: int) -> Prompt:
+        nonlocal built
+        async with slots:
+            prompt = await exact_prompt(tokenizer, corpus_ids, offset, p, specials)
+        built += 1
+        status.update(f"building prompts {built}/{len(lengths)}")
+        return replace(prompt, max_tokens=o)
+    prompts = await asyncio.gather(*(build(offsets[i], p, o) for i, (p, o) in enumerate(lengths)))
+    return list(prompts), f"server tokenizer (POST /tokenize), exact; text: {source}"
 
 
 # --- the streaming connection ------------------------------------------------------
@@ -580,15 +589,33 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
 
 # --- the whole run ---------------------------------------------------------------------
 
-async def prefix_cache_counters(cfg: BenchConfig) -> Optional[tuple[int, int]]:
-    """(prompt tokens looked up, found) in vLLM's prefix cache; None without its /metrics."""
+async def server_counters(cfg: BenchConfig) -> Optional[EngineMetrics]:
+    """vLLM's own counters (server.metrics.EngineMetrics); None without its /metrics."""
     try:
         from server.metrics import fetch_metrics_async
         async with httpx.AsyncClient(timeout=5.0, headers=auth_headers(cfg.api_key)) as http:
-            metrics = await fetch_metrics_async(http, cfg.url)
+            return await fetch_metrics_async(http, cfg.url)
     except (ImportError, httpx.HTTPError, ValueError):
         return None
-    return metrics.prefix_cache_queries, metrics.prefix_cache_hits
+
+
+def server_view(before: Optional[EngineMetrics], after: Optional[EngineMetrics]) -> dict:
+    """What the engine itself measured during a level: prefix-cache hits and its latencies.
+
+    Next to the client's figures they split a request's time between the engine and the
+    HTTP front end, which is what decides whether tuning the engine can help.
+    """
+    if before is None or after is None:
+        return {"prefix_cache_hit_rate": None}
+    from server.metrics import mean_between
+    to_ms = lambda s: None if s is None else s * 1000
+    return {
+        "prefix_cache_hit_rate": hit_rate((before.prefix_cache_queries, before.prefix_cache_hits),
+                                          (after.prefix_cache_queries, after.prefix_cache_hits)),
+        "server_ttft_ms_mean": to_ms(mean_between(before.ttft, after.ttft)),
+        "server_e2e_ms_mean": to_ms(mean_between(before.e2e, after.e2e)),
+        "server_queue_ms_mean": to_ms(mean_between(before.queue, after.queue)),
+    }
 
 
 def mostly_cached(summary: dict) -> bool:
@@ -663,13 +690,13 @@ async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = 
             break
         first = cfg.warmup + n * cfg.load.num_prompts
         status = StatusLine("bench")
-        cache_before = await prefix_cache_counters(cfg)
+        server_before = await server_counters(cfg)
         cpu_before = time.process_time()
         records, duration = await run_level(
             cfg, model, prompts[first:first + cfg.load.num_prompts], concurrency,
             ignore_eos, deadline, status)
         summary = summarize(records, duration, cfg.slo)
-        summary["prefix_cache_hit_rate"] = hit_rate(cache_before, await prefix_cache_counters(cfg))
+        summary.update(server_view(server_before, await server_counters(cfg)))
         # A saturated client measures itself, not the server: say so in the result.
         summary["client_cpu_fraction"] = (time.process_time() - cpu_before) / duration
         summary["not_sent"] = cfg.load.num_prompts - len(records)
@@ -712,6 +739,17 @@ def render(result: dict) -> str:
     if any(rate is not None for rate in cached.values()):
         lines.append("prompt tokens served from the prefix cache: " + ", ".join(
             f"{'-' if rate is None else f'{rate:.1%}'} at concurrency {c}" for c, rate in cached.items()))
+    engine_side = [l for l in result["levels"] if l["summary"].get("server_ttft_ms_mean") is not None]
+    if engine_side:
+        lines.append("the engine's own view (vLLM's /metrics, timed from the tokenized request on: "
+                     "the rest of the client's time is the HTTP front end and the network):")
+        lines.append(f"{'conc':>5}  {'mean TTFT ms engine/client':>27}  {'queued ms':>9}  "
+                     f"{'mean E2E ms engine/client':>26}")
+        for level in engine_side:
+            s = level["summary"]
+            lines.append(f"{level['concurrency']:>5}  {one_decimal(s['server_ttft_ms_mean']):>12} / "
+                         f"{one_decimal(s['ttft_ms']['mean']):<12}  {one_decimal(s['server_queue_ms_mean']):>9}  "
+                         f"{one_decimal(s['server_e2e_ms_mean']):>11} / {one_decimal(s['e2e_ms']['mean']):<12}")
     if any(mostly_cached(l["summary"]) for l in result["levels"]):
         lines.append("WARNING: the server's prefix cache served many prompt tokens: TTFT is that "
                      "of cached prompts, not of new ones.")

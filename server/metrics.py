@@ -1,7 +1,8 @@
 """The engine's live state from its Prometheus ``/metrics``: KV usage, queue, preemptions.
 
-Used by ``ernie-chat status`` and the chat's ``/status`` command.  Parsing uses
-prometheus_client's own parser, so label order or new series do not break it.
+Used by ``ernie-chat status``, the chat's ``/status`` command and ``bench`` (which
+reads the counters before and after a load: what the engine itself measured then).
+Parsing uses prometheus_client's own parser, so label order or new series do not break it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ class EngineMetrics:
     waiting: int
     preemptions: int
     kv_cache_tokens: Optional[int]  # pool size, from vllm:cache_config_info
-    ttft_avg_s: Optional[float]     # mean time to first token since start
     prompt_tokens: int
     generation_tokens: int
     # Prompt tokens looked up in the prefix cache, and found there (counters since start).
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    # Latency histograms since start, as (sum of seconds, count). vLLM times them from the
+    # moment a tokenized request reaches its engine (not from the HTTP request), so a
+    # client's figures minus these are what the HTTP front end and the network add.
+    ttft: tuple[float, int] = (0.0, 0)
+    e2e: tuple[float, int] = (0.0, 0)
+    queue: tuple[float, int] = (0.0, 0)  # waiting for a place in the running batch
+
+    @property
+    def ttft_avg_s(self) -> Optional[float]:
+        """Mean time to first token since start."""
+        return self.ttft[0] / self.ttft[1] if self.ttft[1] else None
 
     def summary(self) -> str:
         pool = f" of {self.kv_cache_tokens:,} tokens" if self.kv_cache_tokens else ""
@@ -49,19 +60,29 @@ def parse_metrics(text: str) -> EngineMetrics:
                     pool = int(size)
                 elif (blocks or "").isdigit() and (block or "").isdigit():
                     pool = int(blocks) * int(block)
-    ttft_count = sums.get("vllm:time_to_first_token_seconds_count", 0)
+    def histogram(name: str) -> tuple[float, int]:
+        return sums.get(f"{name}_sum", 0.0), int(sums.get(f"{name}_count", 0))
+
     return EngineMetrics(
         kv_cache_usage=sums.get("vllm:kv_cache_usage_perc", sums.get("vllm:gpu_cache_usage_perc", 0.0)),
         running=int(sums.get("vllm:num_requests_running", 0)),
         waiting=int(sums.get("vllm:num_requests_waiting", 0)),
         preemptions=int(sums.get("vllm:num_preemptions_total", sums.get("vllm:num_preemptions", 0))),
         kv_cache_tokens=pool,
-        ttft_avg_s=sums["vllm:time_to_first_token_seconds_sum"] / ttft_count if ttft_count else None,
         prompt_tokens=int(sums.get("vllm:prompt_tokens_total", sums.get("vllm:prompt_tokens", 0))),
         generation_tokens=int(sums.get("vllm:generation_tokens_total", sums.get("vllm:generation_tokens", 0))),
         prefix_cache_queries=int(sums.get("vllm:prefix_cache_queries_total", 0)),
         prefix_cache_hits=int(sums.get("vllm:prefix_cache_hits_total", 0)),
+        ttft=histogram("vllm:time_to_first_token_seconds"),
+        e2e=histogram("vllm:e2e_request_latency_seconds"),
+        queue=histogram("vllm:request_queue_time_seconds"),
     )
+
+
+def mean_between(before: tuple[float, int], after: tuple[float, int]) -> Optional[float]:
+    """The mean of a histogram's observations made between two readings of it."""
+    count = after[1] - before[1]
+    return (after[0] - before[0]) / count if count > 0 else None
 
 
 def fetch_metrics(base_url: str, timeout_s: float = 5.0) -> EngineMetrics:
@@ -74,3 +95,15 @@ async def fetch_metrics_async(http: httpx.AsyncClient, base_url: str) -> EngineM
     response = await http.get(f"{base_url}/metrics")
     response.raise_for_status()
     return parse_metrics(response.text)
+
+
+if __name__ == "__main__":
+    # python -m server.metrics URL [LABEL]: the counters now, as one JSON line; the load
+    # scripts take one before and one after another tool's run (benchmarks/).
+    import dataclasses
+    import json
+    import sys
+    import time
+
+    print(json.dumps({"run": sys.argv[2] if len(sys.argv) > 2 else "", "time": time.time(),
+                      **dataclasses.asdict(fetch_metrics(sys.argv[1]))}))

@@ -353,6 +353,35 @@ def test_distinct_offsets_refuses_a_corpus_too_short_or_too_repetitive():
     assert distinct_offsets([0, 1] * 500, 50, random.Random(1)) is None   # two first blocks only
 
 
+def test_the_engine_view_is_the_difference_of_two_metrics_readings():
+    from server.metrics import parse_metrics
+    def reading(requests: int, ttft_s: float, e2e_s: float, queue_s: float, queried: int, hits: int):
+        return parse_metrics("\n".join([
+            f"vllm:time_to_first_token_seconds_sum {ttft_s}", f"vllm:time_to_first_token_seconds_count {requests}",
+            f"vllm:e2e_request_latency_seconds_sum {e2e_s}", f"vllm:e2e_request_latency_seconds_count {requests}",
+            f"vllm:request_queue_time_seconds_sum {queue_s}", f"vllm:request_queue_time_seconds_count {requests}",
+            f"vllm:prefix_cache_queries_total {queried}", f"vllm:prefix_cache_hits_total {hits}", ""]))
+    view = bench.server_view(reading(5, 1.0, 10.0, 0.0, 1000, 0), reading(9, 1.2, 18.0, 0.04, 2000, 100))
+    assert view["server_ttft_ms_mean"] == pytest.approx(50.0)   # 0.2 s over 4 requests
+    assert view["server_e2e_ms_mean"] == pytest.approx(2000.0)
+    assert view["server_queue_ms_mean"] == pytest.approx(10.0)
+    assert view["prefix_cache_hit_rate"] == pytest.approx(0.1)
+    assert bench.server_view(None, reading(1, 1, 1, 0, 1, 0)) == {"prefix_cache_hit_rate": None}
+
+
+def test_the_table_shows_the_engine_view_beside_the_clients_figures():
+    summary = summarize([rec(0, ttft=0.1, e2e=1.0, out=10)], duration_s=1.0)
+    summary.update(client_cpu_fraction=0.1, server_ttft_ms_mean=40.0, server_e2e_ms_mean=900.0,
+                   server_queue_ms_mean=2.5)
+    text = bench.render({"levels": [{"concurrency": 4, "summary": summary}]})
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("4 ") and "/" in line
+               and "|" not in line)
+    assert re.findall(r"[\d.]+", row) == ["4", "40.0", "100.0", "2.5", "900.0", "1000.0"]
+    # Without the engine's counters (another server) there is no such table.
+    del summary["server_ttft_ms_mean"]
+    assert "engine's own view" not in bench.render({"levels": [{"concurrency": 4, "summary": summary}]})
+
+
 def test_prefix_cache_hit_rate_between_two_readings():
     hit_rate = bench.hit_rate
     assert hit_rate((1000, 100), (3000, 600)) == 0.25

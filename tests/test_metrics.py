@@ -1,6 +1,6 @@
 """server/metrics.py on a /metrics excerpt shaped like vLLM 0.32's."""
 
-from server.metrics import parse_metrics
+from server.metrics import mean_between, parse_metrics
 
 SAMPLE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -19,6 +19,13 @@ vllm:generation_tokens_total{engine="0",model_name="ernie"} 500.0
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="ernie"} 1.5
 vllm:time_to_first_token_seconds_count{engine="0",model_name="ernie"} 10.0
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="1.0",model_name="ernie"} 4.0
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="ernie"} 12.5
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="ernie"} 10.0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_sum{engine="0",model_name="ernie"} 0.25
+vllm:request_queue_time_seconds_count{engine="0",model_name="ernie"} 10.0
 # TYPE vllm:prefix_cache_queries counter
 vllm:prefix_cache_queries_total{engine="0",model_name="ernie"} 800.0
 # TYPE vllm:prefix_cache_hits counter
@@ -36,9 +43,17 @@ def test_parse_metrics_reads_every_figure():
     assert m.ttft_avg_s == 0.15
     assert (m.prompt_tokens, m.generation_tokens) == (1000, 500)
     assert (m.prefix_cache_queries, m.prefix_cache_hits) == (800, 96)
+    # Histograms as (sum, count): the buckets are not added in.
+    assert (m.ttft, m.e2e, m.queue) == ((1.5, 10), (12.5, 10), (0.25, 10))
     assert "25.0% used of 16,000 tokens" in m.summary() and "150 ms" in m.summary()
 
 
 def test_missing_series_read_as_zero():
     m = parse_metrics("")
     assert (m.running, m.waiting, m.preemptions, m.kv_cache_tokens, m.ttft_avg_s) == (0, 0, 0, None, None)
+
+
+def test_mean_between_two_readings_counts_only_what_happened_between_them():
+    assert mean_between((1.5, 10), (4.5, 20)) == 0.3      # 10 requests took 3 s in all
+    assert mean_between((1.5, 10), (1.5, 10)) is None     # none finished meanwhile
+    assert mean_between((1.5, 10), (0.0, 0)) is None      # the engine restarted: counters reset
