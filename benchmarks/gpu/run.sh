@@ -4,35 +4,58 @@
 # (../shared/gpu/README.md), from the repo root:  bash benchmarks/gpu/run.sh PHASE
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (.gpu/model,
 # --load-format dummy): speed and memory are the real model's; the text is not.
+#
+# Getting there, as on 2026-12-01 (device calls back to back: the machine keeps /tmp only
+# while it is warm). A call carries 64 MiB and the tracked tree is ~20 MiB, so the bundle
+# goes in three chunks of ~30 MiB (split -n 3 of build_bundle.sh's vllm_site.tar.xz into
+# .gpu/c1..c3, same SHA256SUMS), and pydantic-settings, which our settings need and the
+# machine lacks, as a wheel in .whl (pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl pydantic-settings==2.16.3):
+#   1, 2. carry .gpu/c1 (then .gpu/c2), .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash
+#   3. carry .gpu/c3, .gpu/install.sh, .gpu/SHA256SUMS, .gpu/model, .whl:
+#      bash .gpu/install.sh && python3 -m pip install -q --no-index --no-deps --target /tmp/site \
+#          .whl/*.whl && bash benchmarks/gpu/run.sh queue PHASE...
+#   4... carry .gpu/model, .whl: bash benchmarks/gpu/run.sh queue PHASE...  (the same list)
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
 export PYTHONPATH=$PWD:/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 ERNIE_SERVED_MODEL_NAME=ernie
 # One chat workload for every point: 1,024-token prompts, 256-token replies, 256 users.
-load=(--concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
+# 768 requests are 3 rounds of the 256 users, 11-16 s: too short for goodput to settle
+# (docs/gpu-results.md); LOAD_PROMPTS=2560 gives 10.
+load=(--concurrency 256 --num-prompts "${LOAD_PROMPTS:-768}" --input-len 1024 --output-len 256
       --slo-ttft-ms 1000 --slo-tpot-ms 25)
+# A device call may run 600 s: every phase stops in time for the results to come back.
+call_s=${CALL_DEADLINE_S:-570}
+left() { echo $((call_s - SECONDS)); }
 tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point
     local name=$1; shift
     python3 -m server.cli tune --model .gpu/model --engine-python python3 --device cuda \
         --engine-args "--load-format dummy" --need-max-model-len 2048 \
-        --point-timeout-s 300 --total-timeout-s 560 --out "/tmp/res/$name" "$@" 2>&1 | tail -n 40
+        --point-timeout-s 300 --total-timeout-s "$(( $(left) - 15 ))" --out "/tmp/res/$name" "$@" 2>&1 | tail -n 40
 }
 in_len=512; out_len=128  # the comparison's load, for both tools
 compare_engine() {  # one engine for both tools, and a warm-up run that is not counted
     python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
         --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
         --gpu-memory-utilization 0.5 --no-enable-prefix-caching > /tmp/res/compare-engine.log 2>&1 &
+    local api=$!
+    mkdir -p /tmp/res/compare
     for _ in $(seq 100); do
         python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null && break
         sleep 2
     done
-    mkdir -p /tmp/res/compare
+    # The API server's and the engine core's CPU, twice a second, for the whole phase: which
+    # process a tool's load keeps busy (runs.txt holds each run's start and end).
+    cpu_trace $api /tmp/res/compare/api-server.cpu &
+    cpu_trace "$(pgrep -P $api -f EngineCore | head -n 1)" /tmp/res/compare/engine-core.cpu &
     echo "warm-up (not counted)"; python3 -m server.cli bench --url http://127.0.0.1:8000 \
         --concurrency 64 --input-len $in_len --output-len $out_len --num-prompts 512 --seed 99 \
         --no-plots --save-prompts --out /tmp/res/warm | tail -n 3
     last_prompts=/tmp/res/warm/prompts.json
 }
 cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twice a second
+    [ -n "$1" ] || return 0
     while [ -e "/proc/$1/stat" ]; do
         echo "$(date +%s.%N) $(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" >> "$2"; sleep 0.5
     done
@@ -59,17 +82,45 @@ ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterward
     grep -A2 -E "^ conc" "/tmp/res/compare/ours-$3.txt" | tail -n 1
 }
 pack() { tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log; }
+counters() {  # counters NAME: vLLM's /metrics counters now, one JSON line in counters.jsonl
+    python3 -m server.metrics http://127.0.0.1:8000 "$1" >> /tmp/res/compare/counters.jsonl
+}
+timed() {  # timed TOOL IN_FLIGHT PROMPTS SEED: one run, with its times and the counters around it
+    counters "$1-$4-before"; echo "$1-$4 start $(date +%s.%N)" >> /tmp/res/compare/runs.txt
+    "$@"
+    echo "$1-$4 end $(date +%s.%N)" >> /tmp/res/compare/runs.txt; counters "$1-$4-after"
+}
 alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED: rounds of both tools, vLLM's first in
                # odd ones; its runs get seeds SEED+n, ours SEED+100+n
     for n in $(seq "$1"); do
         (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
         echo "== $2 in flight, round $n (${SECONDS}s)"
-        if (( n % 2 )); then vllm_tool "$2" "$3" $(($4 + n)); ours "$2" "$3" $(($4 + 100 + n))
-        else ours "$2" "$3" $(($4 + 100 + n)); vllm_tool "$2" "$3" $(($4 + n)); fi
+        if (( n % 2 )); then timed vllm_tool "$2" "$3" $(($4 + n)); timed ours "$2" "$3" $(($4 + 100 + n))
+        else timed ours "$2" "$3" $(($4 + 100 + n)); timed vllm_tool "$2" "$3" $(($4 + n)); fi
         pack
     done
 }
-deadline=${COMPARE_DEADLINE_S:-470}
+deadline=${COMPARE_DEADLINE_S:-$((call_s - 100))}  # no compare round starts after it
+# Seconds a phase needs (engine starts of 50-110 s, a chat-load bench of ~30 s each).
+declare -A need=([fresh-batch]=400 [fresh-seed-8192]=140 [fresh-defaults]=150
+                 [fresh-seed-2048]=140 [fresh-seed-4096]=140 [compare]=300)
+if [ "$phase" = queue ]; then
+    # queue PHASE...: the phases not yet done on this machine (/tmp/res/done-*), in order,
+    # each only if the call has the time it needs; the same command in the next call goes on.
+    shift
+    for p in "$@"; do
+        [ -e "/tmp/res/done-$p" ] && continue
+        if (( $(left) < ${need[$p]:-300} )); then echo "queue: $p waits for the next call ($(left) s left)"; continue; fi
+        echo "=== $p (${SECONDS} s into the call)"
+        CALL_DEADLINE_S=$(left) QUEUED=1 bash "$0" "$p"; echo "exit $?" > "/tmp/res/done-$p"
+        # All so far, in case the next phase is cut off; in pieces, since no file over 16 MiB
+        # comes back from the machine. Here: cat results.tgz.part-* | tar -xzf -
+        rm -f "$out"/results.tgz.part-*
+        tar -czf - --exclude=prompts.json -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
+    done
+    echo "queue: done: $(cd /tmp/res && ls done-* 2>/dev/null | sed 's/done-//' | paste -sd' ')"
+    exit 0
+fi
 case $phase in
   sweep)   # what tune picks: max-num-seqs matters most for this small model
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv | tee "$out/gpu.csv"
@@ -90,19 +141,20 @@ case $phase in
     tune repeat-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
     tune repeat-seqs-256 --utilization 0.9 --max-model-len 8192 --max-num-seqs 256 "${load[@]}"
     tune repeat-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
-  fresh1)  # the goodput table again with prompts that differ (the ones above shared one
-           # prompt: the stand-in tokenizer read the corpus as <unk>, the prefix cache served it)
-    tune fresh-batch --utilization 0.9 --max-model-len 8192 --max-num-seqs default,128,256 "${load[@]}" ;;
-  fresh2)
-    tune fresh-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}"
-    tune fresh-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
-  fresh3)
-    tune fresh-seed-2048 --utilization 0.85 --max-model-len 2048 "${load[@]}"
-    tune fresh-seed-4096 --utilization 0.88 --max-model-len 4096 "${load[@]}" ;;
+  # The goodput table again with prompts that differ (the runs above shared one prompt:
+  # the stand-in tokenizer read the corpus as <unk> and the prefix cache served it).
+  # One sweep each, so that `queue` can spread them over device calls.
+  fresh-batch)     tune fresh-batch --utilization 0.9 --max-model-len 8192 \
+                       --max-num-seqs default,128,256 "${load[@]}" ;;
+  fresh-seed-8192) tune fresh-seed-8192 --utilization 0.82 --max-model-len 8192 "${load[@]}" ;;
+  fresh-defaults)  tune fresh-defaults --utilization 0.9 --max-model-len 131072 "${load[@]}" ;;
+  fresh-seed-2048) tune fresh-seed-2048 --utilization 0.85 --max-model-len 2048 "${load[@]}" ;;
+  fresh-seed-4096) tune fresh-seed-4096 --utilization 0.88 --max-model-len 4096 "${load[@]}" ;;
   compare) # ours against `vllm bench serve` on one engine: a warm-up, then rounds of ~30 s
             # in alternating order; ours sends new prompts every run, vLLM's its last ones
     compare_engine
-    alternate "${COMPARE_ROUNDS:-4}" 64 "${COMPARE_PROMPTS:-2880}" 100 ;;
+    alternate "${COMPARE_ROUNDS:-4}" 64 "${COMPARE_PROMPTS:-2880}" 100
+    kill $(jobs -p) 2>/dev/null; sleep 5 ;;  # the engine and its traces: the next phase needs the GPU
   light)   # a load light enough for either client: 16 in flight, alternating
     compare_engine
     alternate 2 16 1200 300 ;;
@@ -123,4 +175,4 @@ case $phase in
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
     ERNIE_ENFORCE_EAGER=true tune eager --utilization 0.5 --max-model-len 8192 "${one[@]}" ;;
 esac
-tar -czf "$out/$phase.tgz" --exclude=prompts.json -C /tmp/res .
+[ -n "${QUEUED:-}" ] || tar -czf "$out/$phase.tgz" --exclude=prompts.json -C /tmp/res .
