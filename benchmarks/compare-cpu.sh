@@ -9,8 +9,8 @@
 set -euo pipefail
 url=$1 model_dir=$2 out=$3 rounds=${4:-6} conc=${5:-4} prompts=${6:-200}
 in_len=128 out_len=64
-# A rest before every run: on 2 cores a load leaves the engine slow for a while (its engine
-# core spins on the core the API server needs), and a run right after another inherits that.
+# A rest before every run: on 2 cores the engine stalls streams for a while after a load
+# (cause unknown: benchmarks/cpu-vs-vllm-bench.md), and a run right after another inherits that.
 rest=${REST_S:-20}
 root=$(cd "$(dirname "$0")/.." && pwd)
 engine_py=$root/.venv-engine/bin/python

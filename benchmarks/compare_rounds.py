@@ -18,11 +18,10 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from server.bench import vllm_comparison  # noqa: E402
-from server.metrics import mean_between  # noqa: E402
+from server.metrics import read_counters, run_means_ms  # noqa: E402
 
 FIGURES = ("request throughput (req/s)", "output throughput (tok/s)", "mean TTFT (ms)",
            "median TTFT (ms)", "mean TPOT (ms)")
@@ -45,19 +44,8 @@ def vllm_bunched(vllm: dict) -> tuple[int, int]:
     return bunched(pairs), len(pairs)
 
 
-def engine_ttft_ms(counters: dict, name: str) -> Optional[float]:
-    """vLLM's own mean TTFT over the run ``name`` (its counters before and after it)."""
-    before, after = counters.get(f"{name}-before"), counters.get(f"{name}-after")
-    if before is None or after is None:
-        return None
-    mean = mean_between(tuple(before["ttft"]), tuple(after["ttft"]))
-    return None if mean is None else mean * 1000
-
-
 def main(folder: Path) -> None:
-    counters_file = folder / "counters.jsonl"
-    counters = {c["run"]: c for c in map(json.loads, counters_file.read_text().splitlines())
-                } if counters_file.exists() else {}
+    counters = read_counters(folder / "counters.jsonl")
     rounds = []
     for ours_path in sorted(folder.glob("ours-*/bench.json"), key=lambda p: int(p.parent.name[5:])):
         n = ours_path.parent.name[5:]
@@ -66,8 +54,8 @@ def main(folder: Path) -> None:
             continue  # the first round's prompts only
         result, vllm = json.loads(ours_path.read_text()), json.loads(vllm_path.read_text())
         diffs = {row["figure"]: row for row in vllm_comparison(result, vllm)}
-        engine = (result["levels"][0]["summary"].get("server_ttft_ms_mean"),
-                  engine_ttft_ms(counters, f"vllm-{n}"))
+        vllm_engine = run_means_ms(counters, f"vllm-{n}") or {}
+        engine = (result["levels"][0]["summary"].get("server_ttft_ms_mean"), vllm_engine.get("ttft"))
         rounds.append((n, diffs, ours_bunched(result), vllm_bunched(vllm), engine))
     head = (f"{'round':>5} " + "".join(f"{f:>28}" for f in FIGURES) + f"{'bunched ours / vLLM':>22}"
             + f"{'engine TTFT ms ours / vLLM':>28}")

@@ -7,7 +7,9 @@ Parsing uses prometheus_client's own parser, so label order or new series do not
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import httpx
@@ -85,6 +87,23 @@ def mean_between(before: tuple[float, int], after: tuple[float, int]) -> Optiona
     return (after[0] - before[0]) / count if count > 0 else None
 
 
+def read_counters(path: Path) -> dict[str, dict]:
+    """The readings ``python -m server.metrics URL LABEL`` appended to ``path``, by label."""
+    if not path.exists():
+        return {}
+    return {c["run"]: c for c in map(json.loads, path.read_text().splitlines())}
+
+
+def run_means_ms(counters: dict[str, dict], run: str) -> Optional[dict]:
+    """vLLM's own mean TTFT, E2E and time queued (ms) over ``run``: its readings
+    ``RUN-before`` and ``RUN-after``; None where a reading or a finished request is missing."""
+    before, after = counters.get(f"{run}-before"), counters.get(f"{run}-after")
+    if before is None or after is None:
+        return None
+    means = {key: mean_between(tuple(before[key]), tuple(after[key])) for key in ("ttft", "e2e", "queue")}
+    return {key: None if mean is None else mean * 1000 for key, mean in means.items()}
+
+
 def fetch_metrics(base_url: str, timeout_s: float = 5.0) -> EngineMetrics:
     response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
     response.raise_for_status()
@@ -101,7 +120,6 @@ if __name__ == "__main__":
     # python -m server.metrics URL [LABEL]: the counters now, as one JSON line; the load
     # scripts take one before and one after another tool's run (benchmarks/).
     import dataclasses
-    import json
     import sys
     import time
 

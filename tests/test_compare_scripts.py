@@ -58,8 +58,9 @@ def test_compare_rounds_sets_aside_rounds_with_bunched_replies(tmp_path):
     write_round(tmp_path, 2, [0.02, 0.02], [0.02, 0.045], (10.0, 5.0))
     write_round(tmp_path, 3, [0.02, 0.02], [0.02, 0.02], (11.0, 10.0))
     # vLLM's counters around its run of round 2 only: 2 requests, 30 ms to first tokens in all.
-    (tmp_path / "counters.jsonl").write_text("\n".join(json.dumps({"run": run, "ttft": ttft}) for run, ttft in
-        (("vllm-2-before", [1.0, 10]), ("vllm-2-after", [1.03, 12]))) + "\n")
+    (tmp_path / "counters.jsonl").write_text("\n".join(
+        json.dumps({"run": run, "ttft": ttft, "e2e": [ttft[0] * 5, ttft[1]], "queue": [0.0, ttft[1]]})
+        for run, ttft in (("vllm-2-before", [1.0, 10]), ("vllm-2-after", [1.03, 12]))) + "\n")
     out = run("benchmarks/compare_rounds.py", tmp_path)
     lines = out.splitlines()
     assert lines[2].split()[0] == "2" and "0/2 / 1/2" in lines[2]

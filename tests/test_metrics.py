@@ -1,6 +1,8 @@
 """server/metrics.py on a /metrics excerpt shaped like vLLM 0.32's."""
 
-from server.metrics import mean_between, parse_metrics
+import json
+
+from server.metrics import mean_between, parse_metrics, read_counters, run_means_ms
 
 SAMPLE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -57,3 +59,12 @@ def test_mean_between_two_readings_counts_only_what_happened_between_them():
     assert mean_between((1.5, 10), (4.5, 20)) == 0.3      # 10 requests took 3 s in all
     assert mean_between((1.5, 10), (1.5, 10)) is None     # none finished meanwhile
     assert mean_between((1.5, 10), (0.0, 0)) is None      # the engine restarted: counters reset
+
+
+def test_run_means_read_the_readings_taken_around_a_run(tmp_path):
+    lines = [{"run": "x-before", "ttft": [1.0, 10], "e2e": [5.0, 10], "queue": [0.0, 10]},
+             {"run": "x-after", "ttft": [1.5, 20], "e2e": [15.0, 20], "queue": [0.1, 20]}]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    counters = read_counters(tmp_path / "c.jsonl")
+    assert run_means_ms(counters, "x") == {"ttft": 50.0, "e2e": 1000.0, "queue": 10.0}
+    assert run_means_ms(counters, "y") is None and read_counters(tmp_path / "none") == {}

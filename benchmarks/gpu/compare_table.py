@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from server.metrics import mean_between  # noqa: E402
+from server.metrics import read_counters, run_means_ms  # noqa: E402
 
 TICKS_PER_S = 100
 
@@ -54,25 +54,19 @@ def cores_used(trace: list[tuple[float, int]], start: float, end: float) -> floa
     return (inside[-1][1] - inside[0][1]) / TICKS_PER_S / (inside[-1][0] - inside[0][0])
 
 
-def engine_means(before: dict, after: dict) -> dict:
-    """vLLM's own mean TTFT, E2E and time queued (ms) over a run: its counters around it."""
-    return {key: mean_between(tuple(before[key]), tuple(after[key])) * 1000
-            for key in ("ttft", "e2e", "queue")}
-
-
 def rows(folder: Path) -> list[str]:
     times: dict[str, dict[str, float]] = {}
     for line in (folder / "runs.txt").read_text().splitlines():
         name, what, at = line.split()
         times.setdefault(name, {})[what] = float(at)
-    counters = {c["run"]: c for c in map(json.loads, (folder / "counters.jsonl").read_text().splitlines())}
+    counters = read_counters(folder / "counters.jsonl")
     api, core = cpu_trace(folder / "api-server.cpu"), cpu_trace(folder / "engine-core.cpu")
     out = [f"{'run':<16}{'req/s':>8}{'out tok/s':>10}{'TTFT ms':>9}{'engine':>8}{'TPOT ms':>9}"
            f"{'E2E ms':>8}{'engine':>8}{'pieces':>7}{'API cores':>10}{'core cores':>11}"]
     for name, at in times.items():
         tool, seed = name.removesuffix("_tool").split("-")
         c = client_figures(folder, tool, seed)
-        e = engine_means(counters[f"{name}-before"], counters[f"{name}-after"])
+        e = run_means_ms(counters, name)
         # The load is the last `duration` seconds of the run (before it: prompts, tokenizer).
         start, end = at["end"] - c["duration"] + 2, at["end"] - 2
         pieces = (c["e2e"] - c["ttft"]) / c["itl"] + 1  # streamed chunks per reply
