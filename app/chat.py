@@ -20,17 +20,17 @@ import chainlit as cl
 import httpx
 
 from app import engine_client as ec
-from app import persistence
 from app.chat_settings import ChatParams, apply, default_params, panel
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
 from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, text
 from app.token_batcher import TokenBatcher
+from server import chat_db
+from server.demo_stamp import is_demo_model
+from server.engine_state import read_state
 from server.metrics import fetch_metrics_async
-from server.provision import is_demo_model
 from server.settings import load_settings
 from server.usage_log import append_usage
-from server.engine_state import read_state
 
 SETTINGS = load_settings()
 # One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
@@ -135,7 +135,7 @@ def clean_text(text: str) -> str:
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
-    # Stop must reach this task whatever path started it (FACTS.md: Chainlit does not
+    # Stop must reach this task whatever path started it (docs/notes.md: Chainlit does not
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
     if not message.content.strip():
@@ -223,7 +223,7 @@ async def on_stop() -> None:
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    # Chainlit keeps every message of a chat in chat_context and never frees it (FACTS.md).
+    # Chainlit keeps every message of a chat in chat_context and never frees it (docs/notes.md).
     cl.chat_context.clear()
 
 
@@ -249,15 +249,15 @@ def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
 if SETTINGS.chat_db is not None:
     from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 
-    persistence.prepare_db(SETTINGS.chat_db)
+    chat_db.prepare_db(SETTINGS.chat_db)
 
     @cl.data_layer
     def data_layer():
-        return SQLAlchemyDataLayer(conninfo=persistence.data_layer_url(SETTINGS.chat_db))
+        return SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(SETTINGS.chat_db))
 
     @cl.password_auth_callback
     def password_auth(username: str, password: str) -> Optional[cl.User]:
-        name = persistence.check_password(SETTINGS.user_passwords, username, password)
+        name = chat_db.check_password(SETTINGS.user_passwords, username, password)
         return cl.User(identifier=name, metadata={"provider": "password"}) if name else None
 
     @cl.on_chat_resume

@@ -66,7 +66,7 @@ def sse_chunk(line: str) -> Optional[dict]:
     """The JSON of one ``data:`` line of the event stream; None for anything else.
 
     Raises openai.APIError for an error sent inside a 200 stream (vLLM does that,
-    FACTS.md), as the SDK's own stream reader would.
+    docs/notes.md), as the SDK's own stream reader would.
     """
     if not line.startswith("data:"):
         return None

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server.bench import vllm_comparison  # noqa: E402
+from server.loadtest.report import vllm_comparison  # noqa: E402
+from server.loadtest.run import BenchResult  # noqa: E402
 from server.metrics import read_counters, run_means_ms  # noqa: E402
 
 FIGURES = ("request throughput (req/s)", "output throughput (tok/s)", "mean TTFT (ms)",
@@ -53,7 +54,7 @@ def main(folder: Path) -> None:
         if not vllm_path.exists():
             continue  # the first round's prompts only
         result, vllm = json.loads(ours_path.read_text()), json.loads(vllm_path.read_text())
-        diffs = {row["figure"]: row for row in vllm_comparison(result, vllm)}
+        diffs = {row["figure"]: row for row in vllm_comparison(BenchResult.from_dict(result), vllm)}
         vllm_engine = run_means_ms(counters, f"vllm-{n}") or {}
         engine = (result["levels"][0]["summary"].get("server_ttft_ms_mean"), vllm_engine.get("ttft"))
         rounds.append((n, diffs, ours_bunched(result), vllm_bunched(vllm), engine))

@@ -1,6 +1,6 @@
 # Shared by the scripts: find a Python, create the app environment (.venv) once.
 # The engine's environment (.venv-engine) is created by `ernie-chat up` itself, because
-# which vLLM build it needs depends on the machine (server/provision.py).
+# which vLLM build it needs depends on the machine (server/stack/provision.py).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -30,7 +30,7 @@ ensure_app_env() {
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
     mkdir -p "$ROOT/.cache"
     # A frozen, complete tree installed without the resolver: Chainlit's dependencies make
-    # pip backtrack for minutes otherwise (FACTS.md).
+    # pip backtrack for minutes otherwise (docs/notes.md).
     if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps \
             -r "$ROOT/requirements/app.txt" >"$ROOT/.cache/setup-app.log" 2>&1; then
         tail -n 20 "$ROOT/.cache/setup-app.log" >&2

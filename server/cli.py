@@ -11,17 +11,18 @@ import json
 import sys
 from pathlib import Path
 
-from server.settings import SettingsError, load_settings
+from server.errors import ErnieChatError
+from server.settings import load_settings
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from server import supervisor
+    from server.stack import supervisor
     return supervisor.run(load_settings())
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from server import doctor
-    from server.vllm_log import read_tail
+    from server.stack import doctor
+    from server.stack.vllm_log import read_tail
     path = Path(args.log) if args.log else load_settings().log_file
     if not path.exists():
         print(f"No log at {path}: start the stack once (./scripts/up) or pass --log FILE.")
@@ -38,13 +39,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from server import plan_report
-    from server.model_config import ModelConfigNotFound
-    try:
-        return plan_report.print_plan(args, load_settings())
-    except (ModelConfigNotFound, FileNotFoundError, ValueError) as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
+    from server.plan import report
+    return report.print_plan(args, load_settings())
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -70,9 +66,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """Show the effective settings (secrets masked) and the engine command they give."""
-    from server.device import resolve_device
-    from server.engine_args import engine_command
+    from server.plan.device import resolve_device
     from server.settings import env_example
+    from server.stack.engine_args import engine_command
     if args.env_example:
         print(env_example(), end="")
         return 0
@@ -129,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")
     show.set_defaults(func=cmd_settings)
 
-    from server import bench, qa_load, tune  # each module keeps its own flags
+    from server.loadtest import bench, qa_load, tune  # each module keeps its own flags
     bench.add_parser(sub)
     tune.add_parser(sub)
     qa_load.add_parser(sub)
@@ -140,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SettingsError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    except ErnieChatError as exc:  # a failure the user can fix: its message, no traceback
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from server.errors import ErnieChatError
 
-class StepFailed(RuntimeError):
-    pass
+
+class StepFailed(ErnieChatError, RuntimeError):
+    """A set-up step (an install, the demo model's build) failed; its log says why."""
 
 
 class StatusLine:

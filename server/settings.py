@@ -18,14 +18,21 @@ from typing import Literal, Optional
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server.errors import ErnieChatError
+
 ENV_PREFIX = "ERNIE_"
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
 DEMO_MODEL = "demo"
+# Without an explicit size vLLM-CPU takes gpu_memory_utilization x the machine's
+# RAM (about 20 GiB on a 24 GiB machine) for its KV pool; on CPU we always size it.
+DEFAULT_CPU_KV_GIB = 1.0
 
 
-class SettingsError(ValueError):
+class SettingsError(ErnieChatError, ValueError):
     """Raised with a message meant for the person who set the value."""
+
+    prefix = ""  # the message starts with its own headline, "Invalid settings ..."
 
 
 class Settings(BaseSettings):
@@ -196,6 +203,11 @@ class Settings(BaseSettings):
     def starts_engine(self) -> bool:
         """False when the user points the app at a server that runs elsewhere."""
         return self.engine_url is None
+
+    @property
+    def cpu_kv_cache_gib(self) -> float:
+        """The KV pool on a CPU, where it is always sized explicitly (--kv-cache-memory-bytes)."""
+        return self.kv_cache_gib if self.kv_cache_gib is not None else DEFAULT_CPU_KV_GIB
 
     @property
     def engine_base_url(self) -> str:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.errors import MissingFile
+
 FIELDS = ("prompt_tokens", "completion_tokens")
 
 
@@ -36,7 +38,7 @@ def append_usage(path: Path, prompt_tokens: int, completion_tokens: int,
 def read_usage(path: Path) -> tuple[list[dict], int]:
     """(valid records, number of lines skipped as unreadable)."""
     if not path.exists():
-        raise FileNotFoundError(f"No usage log at {path}: the chat app writes it as people chat.")
+        raise MissingFile(f"No usage log at {path}: the chat app writes it as people chat.")
     records, skipped = [], 0
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():

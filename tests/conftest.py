@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import provision
-from server.processes import free_port
 from server.settings import load_settings
-from server.supervisor import Stack
+from server.stack import provision
+from server.stack.processes import free_port
+from server.stack.supervisor import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 # Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from pathlib import Path
 
 import pytest
 
-from app import persistence
 from app.engine_client import error_kind
-from server import preflight
-from server.device import DeviceMemory
-from server.model_config import load_shape
-from server.model_source import choose_model
-from server.processes import free_port
+from server import chat_db
+from server.plan import preflight
+from server.plan.device import DeviceMemory
+from server.plan.model_config import load_shape
 from server.settings import SettingsError, load_settings
+from server.stack.model_source import choose_model
+from server.stack.processes import free_port
 from server.usage_log import append_usage, read_usage
 from tests.conftest import start_app
 
@@ -99,15 +98,15 @@ def test_corrupt_chat_database_is_refused_and_left_untouched(tmp_path):
     db = tmp_path / "chats.db"
     db.write_bytes(b"this is not sqlite" * 100)
     before = db.read_bytes()
-    with pytest.raises(persistence.ChatDbError) as info:
-        persistence.prepare_db(db)
+    with pytest.raises(chat_db.ChatDbError) as info:
+        chat_db.prepare_db(db)
     assert "not a usable SQLite database" in str(info.value) and "move it away" in str(info.value)
     assert db.read_bytes() == before
 
 
 def test_chat_database_is_created_with_the_columns_chainlit_writes(tmp_path):
     db = tmp_path / "new" / "chats.db"
-    persistence.prepare_db(db)
+    chat_db.prepare_db(db)
     with sqlite3.connect(db) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
     assert {"autoCollapse", "defaultOpen", "command", "modes", "icon"} <= columns

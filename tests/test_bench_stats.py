@@ -12,9 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from server import bench
-from server.bench_stats import (RequestRecord, Slo, distribution_ms, meets_slo, percent_difference,
-                                summarize, tpot)
+from server.loadtest import config, prompts, report, stream, target
+from server.loadtest.run import BenchResult, Level
+from server.loadtest.stats import (
+    Distribution,
+    RequestRecord,
+    Slo,
+    distribution_ms,
+    meets_slo,
+    percent_difference,
+    summarize_level,
+    tpot,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,18 +54,18 @@ def test_record_dict_carries_tpot_and_is_json():
 
 def test_distribution_mean_median_p99_in_ms():
     d = distribution_ms([0.010, 0.020, 0.030, 0.040])
-    assert d["mean"] == pytest.approx(25.0)
-    assert d["median"] == pytest.approx(25.0)
+    assert d.mean == pytest.approx(25.0)
+    assert d.median == pytest.approx(25.0)
     # linear interpolation like numpy: rank 0.99 x 3 = 2.97 -> 30 + 0.97 x 10
-    assert d["p99"] == pytest.approx(39.7)
+    assert d.p99 == pytest.approx(39.7)
 
 
 def test_distribution_of_nothing_is_none():
-    assert distribution_ms([]) == {"mean": None, "median": None, "p99": None}
+    assert distribution_ms([]) == Distribution(None, None, None)
 
 
 def test_median_of_odd_count_is_the_middle_value():
-    assert distribution_ms([0.005, 0.001, 0.100])["median"] == pytest.approx(5.0)
+    assert distribution_ms([0.005, 0.001, 0.100]).median == pytest.approx(5.0)
 
 
 # --- SLOs and goodput --------------------------------------------------------------
@@ -79,45 +88,45 @@ def test_goodput_counts_requests_meeting_all_slos_per_second():
         rec(3, ttft=0.05, e2e=0.05, out=1),     # one token: good
         rec(4, ok=False),                       # failed: bad
     ]
-    s = summarize(records, duration_s=2.0, slo=Slo(ttft_ms=100, tpot_ms=100))
-    assert s["goodput"] == pytest.approx(1.0)                 # 2 good / 2 s
-    assert s["request_throughput"] == pytest.approx(2.0)      # 4 completed / 2 s
-    assert s["slo"]["text"] == "TTFT <= 100 ms and TPOT <= 100 ms"
+    s = summarize_level(records, duration_s=2.0, slo=Slo(ttft_ms=100, tpot_ms=100))
+    assert s.goodput == pytest.approx(1.0)                 # 2 good / 2 s
+    assert s.request_throughput == pytest.approx(2.0)      # 4 completed / 2 s
+    assert s.slo.describe() == "TTFT <= 100 ms and TPOT <= 100 ms"
 
 
 def test_without_slo_goodput_equals_request_throughput():
-    s = summarize([rec(0), rec(1), rec(2, ok=False)], duration_s=4.0)
-    assert s["goodput"] == s["request_throughput"] == pytest.approx(0.5)
-    assert "no SLO" in s["slo"]["text"]
+    s = summarize_level([rec(0), rec(1), rec(2, ok=False)], duration_s=4.0)
+    assert s.goodput == s.request_throughput == pytest.approx(0.5)
+    assert "no SLO" in s.slo.describe()
 
 
 # --- throughput and aggregates ----------------------------------------------------------
 
 def test_throughputs_divide_by_wall_time_and_skip_failures():
     records = [rec(0, out=10, prompt=100), rec(1, out=30, prompt=50), rec(2, ok=False, prompt=999)]
-    s = summarize(records, duration_s=2.0)
-    assert (s["requests"], s["completed"], s["failed"]) == (3, 2, 1)
-    assert s["total_output_tokens"] == 40 and s["total_prompt_tokens"] == 150
-    assert s["request_throughput"] == pytest.approx(1.0)
-    assert s["output_throughput"] == pytest.approx(20.0)
-    assert s["total_token_throughput"] == pytest.approx(95.0)
+    s = summarize_level(records, duration_s=2.0)
+    assert (s.requests, s.completed, s.failed) == (3, 2, 1)
+    assert s.total_output_tokens == 40 and s.total_prompt_tokens == 150
+    assert s.request_throughput == pytest.approx(1.0)
+    assert s.output_throughput == pytest.approx(20.0)
+    assert s.total_token_throughput == pytest.approx(95.0)
 
 
 def test_itl_pools_the_gaps_of_every_request_and_tpot_skips_one_token_replies():
     records = [rec(0, ttft=0.1, e2e=0.4, out=4, itl=(0.1, 0.1, 0.1)),
                rec(1, ttft=0.1, e2e=0.1, out=1, itl=()),
                rec(2, ttft=0.2, e2e=0.5, out=2, itl=(0.3,))]
-    s = summarize(records, duration_s=1.0)
-    assert s["itl_ms"]["mean"] == pytest.approx(150.0)       # (100 + 100 + 100 + 300) / 4
-    assert s["itl_ms"]["median"] == pytest.approx(100.0)
-    assert s["tpot_ms"]["mean"] == pytest.approx(200.0)      # (100 + 300) / 2; none for 1 token
-    assert s["ttft_ms"]["mean"] == pytest.approx(400 / 3)
-    assert s["e2e_ms"]["median"] == pytest.approx(400.0)
+    s = summarize_level(records, duration_s=1.0)
+    assert s.itl_ms.mean == pytest.approx(150.0)       # (100 + 100 + 100 + 300) / 4
+    assert s.itl_ms.median == pytest.approx(100.0)
+    assert s.tpot_ms.mean == pytest.approx(200.0)      # (100 + 300) / 2; none for 1 token
+    assert s.ttft_ms.mean == pytest.approx(400 / 3)
+    assert s.e2e_ms.median == pytest.approx(400.0)
 
 
 def test_zero_duration_gives_zero_rates_not_an_error():
-    s = summarize([], duration_s=0.0)
-    assert s["request_throughput"] == s["goodput"] == 0.0
+    s = summarize_level([], duration_s=0.0)
+    assert s.request_throughput == s.goodput == 0.0
 
 
 def test_percent_difference():
@@ -129,52 +138,52 @@ def test_percent_difference():
 # --- the bench's pure helpers ----------------------------------------------------------------
 
 def test_length_range_follows_vllm_range_ratio():
-    assert bench.length_range(128, 0.0) == (128, 128)
-    assert bench.length_range(100, 0.25) == (75, 125)
-    assert bench.length_range(1, 0.9) == (1, 2)
+    assert config.length_range(128, 0.0) == (128, 128)
+    assert config.length_range(100, 0.25) == (75, 125)
+    assert config.length_range(1, 0.9) == (1, 2)
 
 
 def test_sample_lengths_stay_in_range_and_repeat_with_the_seed():
-    pairs = bench.sample_lengths(200, 100, 50, 0.5, random.Random(1))
+    pairs = config.sample_lengths(200, 100, 50, 0.5, random.Random(1))
     assert all(50 <= p <= 150 and 25 <= o <= 75 for p, o in pairs)
     assert len({p for p, _ in pairs}) > 20                    # really spread
-    assert pairs == bench.sample_lengths(200, 100, 50, 0.5, random.Random(1))
-    assert set(bench.sample_lengths(5, 32, 16, 0.0, random.Random(0))) == {(32, 16)}
+    assert pairs == config.sample_lengths(200, 100, 50, 0.5, random.Random(1))
+    assert set(config.sample_lengths(5, 32, 16, 0.0, random.Random(0))) == {(32, 16)}
 
 
 def test_usage_lengths_come_from_recorded_requests():
     records = [{"prompt_tokens": 300, "completion_tokens": 40},
                {"prompt_tokens": 0, "completion_tokens": 5},      # no prompt: skipped
                {"prompt_tokens": 90, "completion_tokens": 0}]     # empty reply: at least 1 token
-    pairs = bench.usage_lengths(records, 50, random.Random(0))
+    pairs = config.usage_lengths(records, 50, random.Random(0))
     assert set(pairs) == {(300, 40), (90, 1)}
-    with pytest.raises(bench.BenchError, match="no request"):
-        bench.usage_lengths([{"prompt_tokens": 0, "completion_tokens": 3}], 5, random.Random(0))
+    with pytest.raises(config.BenchError, match="no request"):
+        config.usage_lengths([{"prompt_tokens": 0, "completion_tokens": 3}], 5, random.Random(0))
 
 
 def test_check_fits_names_the_limit():
-    bench.check_fits([(900, 124)], 1024)
-    with pytest.raises(bench.BenchError,
+    config.check_fits([(900, 124)], 1024)
+    with pytest.raises(config.BenchError,
                        match=r"1 of 2 requests need more than .*1024 tokens \(up to 1025\)"):
-        bench.check_fits([(900, 124), (1000, 25)], 1024)
+        config.check_fits([(900, 124), (1000, 25)], 1024)
 
 
 def test_only_this_machine_is_loaded_unless_the_url_is_given():
-    bench.check_target("http://127.0.0.1:8000", explicit=False)
-    bench.check_target("http://localhost:8000", explicit=False)
-    bench.check_target("http://[::1]:8000", explicit=False)
-    bench.check_target("http://gpu-box:8000", explicit=True)
-    with pytest.raises(bench.BenchError, match="--url http://gpu-box:8000"):
-        bench.check_target("http://gpu-box:8000", explicit=False)
+    target.check_target("http://127.0.0.1:8000", explicit=False)
+    target.check_target("http://localhost:8000", explicit=False)
+    target.check_target("http://[::1]:8000", explicit=False)
+    target.check_target("http://gpu-box:8000", explicit=True)
+    with pytest.raises(config.BenchError, match="--url http://gpu-box:8000"):
+        target.check_target("http://gpu-box:8000", explicit=False)
 
 
 def test_vllm_comparison_pairs_figures_of_the_same_concurrency():
-    ours = {"levels": [{"concurrency": c, "summary": summarize(
-        [rec(0, ttft=0.02 * c, e2e=0.5, out=64)], duration_s=1.0)} for c in (1, 4)]}
+    ours = BenchResult("", {}, {}, [Level(c, summarize_level(
+        [rec(0, ttft=0.02 * c, e2e=0.5, out=64)], duration_s=1.0)) for c in (1, 4)])
     theirs = {"max_concurrency": 4, "request_throughput": 0.8, "output_throughput": 64.0,
               "total_token_throughput": 200.0, "mean_ttft_ms": 100.0, "median_ttft_ms": 80.0,
               "mean_tpot_ms": 7.0, "mean_itl_ms": 7.0}             # no e2el: not compared
-    rows = {r["figure"]: r for r in bench.vllm_comparison(ours, theirs)}
+    rows = {r["figure"]: r for r in report.vllm_comparison(ours, theirs)}
     assert rows["request throughput (req/s)"]["difference_percent"] == pytest.approx(25.0)
     assert rows["mean TTFT (ms)"]["ours"] == pytest.approx(80.0)
     assert rows["mean TTFT (ms)"]["difference_percent"] == pytest.approx(-20.0)
@@ -248,8 +257,8 @@ async def scripted():
 
 
 async def send_to(script, conn=None, body=None) -> RequestRecord:
-    conn = conn or bench.StreamConnection(script.url, "k3y", idle_timeout_s=5)
-    return await bench.send(conn, body or {"prompt": "hi"}, RequestRecord(0, 1, 7, 3))
+    conn = conn or stream.StreamConnection(script.url, "k3y", idle_timeout_s=5)
+    return await stream.send(conn, body or {"prompt": "hi"}, RequestRecord(0, 1, 7, 3))
 
 
 async def test_send_reads_tokens_timings_and_usage(scripted):
@@ -275,7 +284,7 @@ async def test_http_errors_and_errors_inside_the_stream_are_recorded(scripted):
                       {"error": {"message": "This model's maximum context length is 1024 tokens."}}),
         sse_response({"choices": [{"text": "a"}]}, {"error": {"message": "engine died"}}),
         sse_response("[DONE]"), TOKENS)
-    conn = bench.StreamConnection(script.url, None, idle_timeout_s=5)
+    conn = stream.StreamConnection(script.url, None, idle_timeout_s=5)
     record = await send_to(script, conn)
     assert not record.success and record.error.startswith("HTTP 400: This model's maximum")
     record = await send_to(script, conn)
@@ -289,7 +298,7 @@ async def test_http_errors_and_errors_inside_the_stream_are_recorded(scripted):
 
 async def test_connections_are_kept_alive_and_replaced_when_the_server_hangs_up(scripted):
     script = await scripted(TOKENS, (TOKENS, "hang up"), TOKENS, TOKENS)
-    conn = bench.StreamConnection(script.url, None, idle_timeout_s=5)
+    conn = stream.StreamConnection(script.url, None, idle_timeout_s=5)
     results = [await send_to(script, conn) for _ in range(4)]
     assert all(r.success for r in results)
     assert script.connections == 2      # one reused for two requests, then one new after the hang-up
@@ -298,7 +307,7 @@ async def test_connections_are_kept_alive_and_replaced_when_the_server_hangs_up(
 async def test_a_silent_server_times_out_and_a_cancelled_request_hangs_up(scripted):
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     script = await scripted((head, "stall"))
-    record = await send_to(script, bench.StreamConnection(script.url, None, idle_timeout_s=0.3))
+    record = await send_to(script, stream.StreamConnection(script.url, None, idle_timeout_s=0.3))
     assert not record.success and record.error == "no data for 0.3 s"
     script = await scripted((head, "stall"))
     task = asyncio.create_task(send_to(script))
@@ -308,17 +317,17 @@ async def test_a_silent_server_times_out_and_a_cancelled_request_hangs_up(script
 
 
 def test_the_api_key_and_the_url_path_travel_with_each_request():
-    conn = bench.StreamConnection("https://gpu-box:8443/llm", "s3cret", idle_timeout_s=1)
+    conn = stream.StreamConnection("https://gpu-box:8443/llm", "s3cret", idle_timeout_s=1)
     assert conn.address == ("gpu-box", 8443) and conn.tls and conn.prefix == "/llm"
     assert "Authorization: Bearer s3cret\r\n" in conn.head and "Host: gpu-box:8443\r\n" in conn.head
 
 
 def test_completion_body_sends_ignore_eos_and_temperature_only_when_asked():
-    prompt = bench.Prompt("hi", 1, 16)
-    body = bench.completion_body("m", prompt, True, None)
+    prompt = config.Prompt("hi", 1, 16)
+    body = stream.completion_body("m", prompt, True, None)
     assert body["ignore_eos"] is True and "temperature" not in body
     assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 16
-    body = bench.completion_body("m", prompt, False, 0.0)
+    body = stream.completion_body("m", prompt, False, 0.0)
     assert "ignore_eos" not in body and body["temperature"] == 0.0
 
 
@@ -326,7 +335,7 @@ def test_completion_body_sends_ignore_eos_and_temperature_only_when_asked():
 
 def test_bench_modules_import_without_the_app_environment():
     """bench and tune run where vLLM is but our app env is not: no matplotlib, openai or chainlit."""
-    code = ("import sys, server.bench, server.bench_stats, server.tune; "
+    code = ("import sys, server.loadtest.bench, server.loadtest.stats, server.loadtest.tune; "
             "print(sorted(m for m in ('matplotlib', 'openai', 'chainlit', 'numpy', 'app.engine_client') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -336,7 +345,7 @@ def test_bench_modules_import_without_the_app_environment():
 
 
 def test_prompts_that_share_their_first_cache_block_are_counted():
-    shared_first_blocks = bench.shared_first_blocks
+    shared_first_blocks = prompts.shared_first_blocks
     ids = list(range(100))
     assert shared_first_blocks(ids, [0, 16, 32, 50]) == 0
     assert shared_first_blocks(ids, [0, 16, 0, 16, 3]) == 2            # the same place twice
@@ -345,7 +354,7 @@ def test_prompts_that_share_their_first_cache_block_are_counted():
 
 
 def test_distinct_offsets_refuses_a_corpus_too_short_or_too_repetitive():
-    distinct_offsets = bench.distinct_offsets
+    distinct_offsets = prompts.distinct_offsets
     ids = list(range(1000))
     offsets = distinct_offsets(ids, 200, random.Random(1))
     assert offsets is not None and len(set(offsets)) == 200
@@ -361,29 +370,32 @@ def test_the_engine_view_is_the_difference_of_two_metrics_readings():
             f"vllm:e2e_request_latency_seconds_sum {e2e_s}", f"vllm:e2e_request_latency_seconds_count {requests}",
             f"vllm:request_queue_time_seconds_sum {queue_s}", f"vllm:request_queue_time_seconds_count {requests}",
             f"vllm:prefix_cache_queries_total {queried}", f"vllm:prefix_cache_hits_total {hits}", ""]))
-    view = bench.server_view(reading(5, 1.0, 10.0, 0.0, 1000, 0), reading(9, 1.2, 18.0, 0.04, 2000, 100))
-    assert view["server_ttft_ms_mean"] == pytest.approx(50.0)   # 0.2 s over 4 requests
-    assert view["server_e2e_ms_mean"] == pytest.approx(2000.0)
-    assert view["server_queue_ms_mean"] == pytest.approx(10.0)
-    assert view["prefix_cache_hit_rate"] == pytest.approx(0.1)
-    assert bench.server_view(None, reading(1, 1, 1, 0, 1, 0)) == {"prefix_cache_hit_rate": None}
+    view = summarize_level([], duration_s=1.0)
+    target.add_server_view(view, reading(5, 1.0, 10.0, 0.0, 1000, 0), reading(9, 1.2, 18.0, 0.04, 2000, 100))
+    assert view.server_ttft_ms_mean == pytest.approx(50.0)   # 0.2 s over 4 requests
+    assert view.server_e2e_ms_mean == pytest.approx(2000.0)
+    assert view.server_queue_ms_mean == pytest.approx(10.0)
+    assert view.prefix_cache_hit_rate == pytest.approx(0.1)
+    other = summarize_level([], duration_s=1.0)
+    target.add_server_view(other, None, reading(1, 1, 1, 0, 1, 0))   # not vLLM: nothing to add
+    assert (other.prefix_cache_hit_rate, other.server_ttft_ms_mean) == (None, None)
 
 
 def test_the_table_shows_the_engine_view_beside_the_clients_figures():
-    summary = summarize([rec(0, ttft=0.1, e2e=1.0, out=10)], duration_s=1.0)
-    summary.update(client_cpu_fraction=0.1, server_ttft_ms_mean=40.0, server_e2e_ms_mean=900.0,
-                   server_queue_ms_mean=2.5)
-    text = bench.render({"levels": [{"concurrency": 4, "summary": summary}]})
+    summary = summarize_level([rec(0, ttft=0.1, e2e=1.0, out=10)], duration_s=1.0)
+    summary.client_cpu_fraction, summary.server_ttft_ms_mean = 0.1, 40.0
+    summary.server_e2e_ms_mean, summary.server_queue_ms_mean = 900.0, 2.5
+    text = report.render(BenchResult("", {}, {}, [Level(4, summary)]))
     row = next(line for line in text.splitlines() if line.lstrip().startswith("4 ") and "/" in line
                and "|" not in line)
     assert re.findall(r"[\d.]+", row) == ["4", "40.0", "100.0", "2.5", "900.0", "1000.0"]
     # Without the engine's counters (another server) there is no such table.
-    del summary["server_ttft_ms_mean"]
-    assert "engine's own view" not in bench.render({"levels": [{"concurrency": 4, "summary": summary}]})
+    summary.server_ttft_ms_mean = None
+    assert "engine's own view" not in report.render(BenchResult("", {}, {}, [Level(4, summary)]))
 
 
 def test_prefix_cache_hit_rate_between_two_readings():
-    hit_rate = bench.hit_rate
+    hit_rate = target.hit_rate
     assert hit_rate((1000, 100), (3000, 600)) == 0.25
     assert hit_rate(None, (3000, 600)) is None and hit_rate((1000, 100), None) is None
     assert hit_rate((1000, 100), (1000, 100)) is None                    # nothing was asked

@@ -66,7 +66,7 @@ def send(page, text):
 def ask(page, text, timeout_s=120):
     """Send ``text`` and return the reply's text once it is finished.
 
-    A reply is finished when the Stop button is gone (FACTS.md); a short reply can come
+    A reply is finished when the Stop button is gone (docs/notes.md); a short reply can come
     and go before the button is seen, so first wait for the new message itself.
     """
     before = page.locator(ASSISTANT).count()

@@ -1,10 +1,10 @@
-"""server/doctor.py: each rule on the line vLLM really prints, and the diagnosis around it."""
+"""server/stack/doctor.py: each rule on the line vLLM really prints, and the diagnosis around it."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.doctor import RULES, START_MARKER, diagnose, explain, last_error_lines
+from server.stack.doctor import RULES, START_MARKER, diagnose, explain, last_error_lines
 
 # Lines a healthy start-up prints; none of them is a finding.
 CLEAN_LOG = [

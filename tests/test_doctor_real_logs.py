@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import doctor
-from server.engine_args import API_SERVER_MODULE
-from server.processes import ManagedProcess, free_port
-from server.vllm_log import read_tail
+from server.stack import doctor
+from server.stack.engine_args import API_SERVER_MODULE
+from server.stack.processes import ManagedProcess, free_port
+from server.stack.vllm_log import read_tail
 
 pytestmark = pytest.mark.engine
 

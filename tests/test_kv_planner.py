@@ -1,6 +1,6 @@
-"""KV-cache arithmetic of server/kv_planner.py, checked against hand computations.
+"""KV-cache arithmetic of server/plan/kv_planner.py, checked against hand computations.
 
-Expected values are worked out here from the formulas (FACTS.md, the module
+Expected values are worked out here from the formulas (docs/notes.md, the module
 docstring), not by calling the function under test a second time.
 """
 
@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from server import kv_planner as kp
-from server.model_config import load_shape
+from server.plan import kv_planner as kp
+from server.plan.model_config import load_shape
 
 GIB = 1024**3
 ERNIE = "baidu/ERNIE-4.5-0.3B-PT"
@@ -81,7 +81,7 @@ def test_measured_weight_bytes_win_over_estimate(ernie):
 
 
 def test_one_sequence_sizes_match_facts(ernie):
-    # FACTS.md: a 4,096-token sequence needs 72 MiB, a 131,072-token one 2.25 GiB.
+    # docs/notes.md: a 4,096-token sequence needs 72 MiB, a 131,072-token one 2.25 GiB.
     assert kp.kv_bytes_per_token(ernie) * 4096 == 72 * 1024**2
     assert kp.kv_bytes_per_token(ernie) * 131072 == int(2.25 * GIB)
 

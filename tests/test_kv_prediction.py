@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from server import kv_planner as kp
-from server.engine_args import API_SERVER_MODULE
-from server.processes import ManagedProcess, free_port
-from server.vllm_log import parse_kv_report, read_tail
+from server.plan import kv_planner as kp
+from server.stack.engine_args import API_SERVER_MODULE
+from server.stack.processes import ManagedProcess, free_port
+from server.stack.vllm_log import parse_kv_report, read_tail
 
 pytestmark = pytest.mark.engine
 

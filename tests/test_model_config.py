@@ -1,4 +1,4 @@
-"""server/model_config.py: finding config.json and the weight size without loading weights.
+"""server/plan/model_config.py: finding config.json and the weight size without loading weights.
 
 The safetensors files here are written by hand (8-byte little-endian header
 length, JSON header, raw bytes), so the expected sizes come from the bytes
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from server import kv_planner as kp
-from server.model_config import ModelConfigNotFound, load_shape, safetensors_bytes
+from server.plan import kv_planner as kp
+from server.plan.model_config import ModelConfigNotFound, load_shape, safetensors_bytes
 
 TINY_CONFIG = {
     "architectures": ["Ernie4_5ForCausalLM"],

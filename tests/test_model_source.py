@@ -1,4 +1,4 @@
-"""server/model_source.py: which model the engine serves, without touching the network."""
+"""server/stack/model_source.py: which model the engine serves, without touching the network."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import socket
 
 import pytest
 
-from server.model_source import choose_model, hub_cache_dir, hub_reachable, in_hub_cache
+from server.plan.model_config import hub_cache_dir
 from server.settings import load_settings
+from server.stack.model_source import choose_model, hub_reachable, in_hub_cache
 
 HUB_ID = "org/name"
 

@@ -1,6 +1,6 @@
 """`python -m server.cli plan`, run as the user runs it: a subprocess from the repo root.
 
-Expected figures are worked out with server.kv_planner (and by hand where it is
+Expected figures are worked out with server.plan.kv_planner (and by hand where it is
 short), then compared with what the command prints.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from server import kv_planner as kp
-from server.model_config import load_shape
+from server.plan import kv_planner as kp
+from server.plan.model_config import load_shape
 from server.usage_log import append_usage
 
 ROOT = Path(__file__).resolve().parent.parent

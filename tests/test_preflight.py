@@ -1,4 +1,4 @@
-"""server/preflight.py: each Problem it reports, on fake devices, before vLLM starts."""
+"""server/plan/preflight.py: each Problem it reports, on fake devices, before vLLM starts."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from server import kv_planner as kp
-from server import preflight
-from server.device import DeviceMemory
-from server.model_config import load_shape
+from server.plan import kv_planner as kp
+from server.plan import preflight
+from server.plan.device import DeviceMemory
+from server.plan.model_config import load_shape
 from server.settings import load_settings
 
 GIB = 1024**3

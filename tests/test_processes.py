@@ -1,4 +1,4 @@
-"""server/processes.py: port checks that name the holder, children that never outlive us."""
+"""server/stack/processes.py: port checks that name the holder, children that never outlive us."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from server.doctor import START_MARKER
-from server.processes import ManagedProcess, free_port, port_free, port_problem, who_listens
+from server.stack.doctor import START_MARKER
+from server.stack.processes import ManagedProcess, free_port, port_free, port_problem, who_listens
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ def test_stop_before_start_does_nothing(tmp_path):
 PARENT = """
 import sys, time
 from pathlib import Path
-from server.processes import ManagedProcess
+from server.stack.processes import ManagedProcess
 child = ManagedProcess("child", ["sleep", "300"], Path(sys.argv[1]))
 child.start()
 print(child.pid, flush=True)

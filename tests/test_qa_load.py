@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from server import cli, qa_load
-from server.processes import free_port
-from server.qa_load import SessionRecord, count_crossed, summarize
+from server import cli
+from server.loadtest import chat_socket, qa_load
+from server.loadtest.chat_socket import SessionRecord
+from server.loadtest.qa_load import count_crossed, summarize_sessions
+from server.stack.processes import free_port
 from tests.conftest import start_app
 
 # Short replies: 100 of them are generated together in seconds on 2 cores, not minutes.
@@ -46,7 +48,7 @@ def lost(index: int, error: str) -> SessionRecord:
 
 def test_all_good_chats_pass_with_percentiles_of_their_times():
     records = [chat(i, ttft_s=(i + 1) / 10, total_s=(i + 1) / 2) for i in range(10)]  # 0.1 .. 1.0 s
-    s = summarize(records, wall_s=3.0)
+    s = summarize_sessions(records, wall_s=3.0)
     assert s["ok"] and s["complete"] == 10
     assert (s["lost"], s["crossed"], s["incomplete"], s["errors"]) == (0, 0, 0, 0)
     assert s["ttft_ms"]["median"] == pytest.approx(550)     # between the 5th and 6th value
@@ -56,7 +58,7 @@ def test_all_good_chats_pass_with_percentiles_of_their_times():
 
 
 def test_a_chat_without_reply_is_lost_and_has_no_total_time():
-    s = summarize([chat(0), lost(1, "no reply within --timeout-s 5")], 5.0)
+    s = summarize_sessions([chat(0), lost(1, "no reply within --timeout-s 5")], 5.0)
     assert (s["lost"], s["replied"], s["errors"]) == (1, 1, 1)
     assert s["error_reasons"] == {"no reply within --timeout-s 5": 1}
     assert s["ttft_ms"]["median"] == s["ttft_ms"]["p99"] == pytest.approx(100)
@@ -71,7 +73,7 @@ def test_a_chat_without_reply_is_lost_and_has_no_total_time():
     "Hullo there\n\n*⏱ 40.0 tok/s*",                # a token changed on the way
 ])
 def test_a_reply_that_differs_from_its_stream_is_incomplete(final):
-    s = summarize([chat(0, final=final)], 1.0)
+    s = summarize_sessions([chat(0, final=final)], 1.0)
     assert (s["incomplete"], s["complete"], s["lost"]) == (1, 0, 0)
     assert not s["ok"]
 
@@ -85,7 +87,7 @@ def test_a_message_id_in_two_chats_is_crossed_once():
     assert count_crossed(records) == 1
     records.append(chat(3, ids={"w3", "r0"}))
     assert count_crossed(records) == 2   # three chats saw r0: two of them wrongly
-    assert not summarize(records, 1.0)["ok"]
+    assert not summarize_sessions(records, 1.0)["ok"]
 
 
 def test_another_chats_tag_in_the_text_is_crossed_its_own_is_not():
@@ -113,13 +115,13 @@ def reply_events(reply_id: str, text: str) -> list[tuple[str, dict]]:
             ("task_end", {})]
 
 
-def feed(session: qa_load.ChatSession, events: list[tuple[str, dict]]) -> None:
+def feed(session: chat_socket.ChatSession, events: list[tuple[str, dict]]) -> None:
     for event, data in events:
         session._on_event(event, data)
 
 
 def test_a_chat_follows_the_apps_events_to_a_complete_reply():
-    session = qa_load.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
     welcome = {"id": "w", "metadata": {"kind": "welcome"}, "output": "Hi"}
     opening = opening_events(welcome)
     feed(session, opening[:-1])
@@ -137,7 +139,7 @@ def test_a_chat_follows_the_apps_events_to_a_complete_reply():
 
 
 def test_an_error_shown_by_the_app_fails_the_chat():
-    session = qa_load.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
     feed(session, opening_events({"id": "e", "metadata": {"kind": "error"},
                                   "output": "The engine at http://x is not reachable."}))
     assert session.opened.is_set() and not session.record.welcomed
@@ -147,7 +149,7 @@ def test_an_error_shown_by_the_app_fails_the_chat():
 def test_tags_are_unique_per_chat_and_per_run():
     first, second = qa_load.make_records(["a", "b"], 3), qa_load.make_records(["a"], 3)
     tags = [r.tag for r in first + second]
-    assert len(set(tags)) == 6 and all(qa_load.TAG.fullmatch(t) for t in tags)
+    assert len(set(tags)) == 6 and all(chat_socket.TAG.fullmatch(t) for t in tags)
     assert [r.prompt for r in first] == [f"{first[0].tag} a", f"{first[1].tag} b", f"{first[2].tag} a"]
 
 

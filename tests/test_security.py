@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import stat
 
-from server.engine_args import engine_command
 from server.settings import load_settings
-from server.supervisor import Stack, is_loopback
+from server.stack.engine_args import engine_command
+from server.stack.supervisor import Stack, is_loopback
 
 
 def test_defaults_listen_on_loopback_only():

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.processes import free_port, port_free
+from server.stack.processes import free_port, port_free
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.engine

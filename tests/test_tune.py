@@ -7,18 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from server import cli, tune
-from server.processes import _group_alive, port_free
+from server import cli, env_file
+from server.loadtest import tune, tune_choice
+from server.loadtest.stats import LevelSummary
+from server.loadtest.tune_choice import Outcome, Point, TuneError
 from server.settings import load_settings
-from server.tune import Outcome, Point, TuneError
+from server.stack.processes import _group_alive, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def measured(max_model_len, goodput, *, memory=0.9, served=None, status="measured") -> Outcome:
-    summary = {"goodput": goodput, "output_throughput": goodput * 100, "request_throughput": goodput,
-               "slo": {"text": "TTFT <= 500 ms"}, "ttft_ms": {"median": 40.0},
-               "tpot_ms": {"median": 8.0}}
+    summary = LevelSummary.from_dict({
+        "requests": 10, "completed": 10, "failed": 0, "duration_s": 1.0, "total_prompt_tokens": 0,
+        "total_output_tokens": 0, "goodput": goodput, "output_throughput": goodput * 100,
+        "request_throughput": goodput, "total_token_throughput": goodput * 100,
+        "slo": {"ttft_ms": 500}, "ttft_ms": {"median": 40.0}, "tpot_ms": {"median": 8.0}})
     return Outcome(Point(max_model_len, gpu_memory_utilization=memory), status=status,
                    served_max_model_len=served or max_model_len,
                    summary=summary if status == "measured" else None,
@@ -31,23 +35,23 @@ def test_best_goodput_among_points_that_serve_the_need():
     outcomes = [measured(2048, 9.0), measured(8192, 5.0), measured(8192, 6.0, memory=0.7),
                 measured(8192, 0.0, status="failed")]
     # The 2048 point is fastest but cannot serve 4096-token requests.
-    assert tune.choose(outcomes, 4096) is outcomes[2]
-    assert tune.choose(outcomes, 2048) is outcomes[0]
+    assert tune_choice.choose(outcomes, 4096) is outcomes[2]
+    assert tune_choice.choose(outcomes, 2048) is outcomes[0]
 
 
 def test_served_max_model_len_is_what_the_engine_reports():
     # Asked for 8192 but the engine serves 4096 (e.g. capped): it cannot serve 8192.
     outcomes = [measured(8192, 9.0, served=4096), measured(8192, 3.0)]
-    assert tune.choose(outcomes, 8192) is outcomes[1]
+    assert tune_choice.choose(outcomes, 8192) is outcomes[1]
 
 
 def test_a_tie_goes_to_the_smaller_memory_then_the_earlier_point():
     outcomes = [measured(8192, 10.0, memory=0.9), measured(8192, 9.9, memory=0.5),
                 measured(8192, 9.0, memory=0.3)]
     # 9.9 is within 2% of 10.0: a tie, and 0.5 uses less memory; 9.0 is 10% worse.
-    assert tune.choose(outcomes, 8192) is outcomes[1]
+    assert tune_choice.choose(outcomes, 8192) is outcomes[1]
     same = [measured(8192, 4.0, memory=0.7), measured(8192, 4.0, memory=0.7)]
-    assert tune.choose(same, 8192) is same[0]
+    assert tune_choice.choose(same, 8192) is same[0]
 
 
 def test_no_point_qualifies_says_why_and_what_to_do():
@@ -55,16 +59,16 @@ def test_no_point_qualifies_says_why_and_what_to_do():
     with pytest.raises(TuneError, match=r"No point serves the 8192-token requests .* longest "
                                         r"max-model-len measured is 4096.*"
                                         r"--max-model-len of at least 8192"):
-        tune.choose(outcomes, 8192)
+        tune_choice.choose(outcomes, 8192)
     with pytest.raises(TuneError, match="no point was measured"):
-        tune.choose([measured(8192, 0.0, status="failed")], 1024)
+        tune_choice.choose([measured(8192, 0.0, status="failed")], 1024)
 
 
 def test_explanation_names_the_choice_the_runner_up_and_the_failures():
     outcomes = [measured(8192, 6.0), measured(8192, 4.0, memory=0.7), measured(2048, 9.0),
                 measured(16384, 0.0, status="failed")]
-    chosen = tune.choose(outcomes, 8192)
-    text = tune.explain(chosen, outcomes, 8192, "--need-max-model-len")
+    chosen = tune_choice.choose(outcomes, 8192)
+    text = tune_choice.explain(chosen, outcomes, 8192, "--need-max-model-len")
     assert text.startswith("Chosen: len 8192, util 0.9.")
     assert "6.00 requests/s" in text and "50% above the next best, len 8192, util 0.7" in text
     assert "1 point(s) were measured but cannot serve 8192" in text
@@ -75,15 +79,15 @@ def test_explanation_names_the_choice_the_runner_up_and_the_failures():
 
 def test_table_warns_of_points_whose_prompts_the_prefix_cache_served():
     fresh, cached = measured(2048, 9.0), measured(4096, 8.0)
-    fresh.summary["prefix_cache_hit_rate"], cached.summary["prefix_cache_hit_rate"] = 0.0, 0.98
-    table = tune.render_table([fresh, cached])
+    fresh.summary.prefix_cache_hit_rate, cached.summary.prefix_cache_hit_rate = 0.0, 0.98
+    table = tune_choice.render_table([fresh, cached])
     assert table.count("WARNING") == 1 and cached.point.label() in table.splitlines()[-1]
     assert fresh.point.label() not in table.splitlines()[-1]
-    assert "WARNING" not in tune.render_table([fresh])
+    assert "WARNING" not in tune_choice.render_table([fresh])
 
 
 def test_sweep_is_the_cartesian_product_in_order():
-    points = tune.sweep((2048, 8192), utilizations=(0.5, 0.9), max_num_seqs=(64, 128, 256))
+    points = tune_choice.sweep((2048, 8192), utilizations=(0.5, 0.9), max_num_seqs=(64, 128, 256))
     assert len(points) == 12
     assert points[0] == Point(2048, 0.5, None, 64, None)
     assert points[-1] == Point(8192, 0.9, None, 256, None)
@@ -129,7 +133,7 @@ def test_env_update_changes_keys_in_place_and_keeps_everything_else():
             "ERNIE_MAX_MODEL_LEN=8192\n"
             "export ERNIE_MAX_NUM_SEQS=64\n"
             "OTHER_TOOL=1\n")
-    new = tune.updated_env_text(text, {"ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_MAX_NUM_SEQS": "128",
+    new = env_file.updated_env_text(text, {"ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_MAX_NUM_SEQS": "128",
                                        "ERNIE_GPU_MEMORY_UTILIZATION": "0.7"})
     lines = new.splitlines()
     assert lines[:7] == ["# my settings", "ERNIE_MODEL=/models/ernie   # local copy", "",
@@ -139,12 +143,12 @@ def test_env_update_changes_keys_in_place_and_keeps_everything_else():
     assert lines[-2].startswith("# set by `ernie-chat tune`")
     assert new.endswith("\n")
     # Idempotent: a second write changes nothing.
-    assert tune.updated_env_text(new, {"ERNIE_MAX_MODEL_LEN": "4096"}) == new
+    assert env_file.updated_env_text(new, {"ERNIE_MAX_MODEL_LEN": "4096"}) == new
 
 
 def test_write_env_creates_the_file(tmp_path):
     path = tmp_path / ".env"
-    tune.write_env(path, {"ERNIE_KV_CACHE_GIB": "0.5"})
+    env_file.write_env(path, {"ERNIE_KV_CACHE_GIB": "0.5"})
     assert "ERNIE_KV_CACHE_GIB=0.5" in path.read_text().splitlines()
 
 

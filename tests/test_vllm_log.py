@@ -1,10 +1,10 @@
-"""server/vllm_log.py: the KV cache figures vLLM prints, in every format it uses."""
+"""server/stack/vllm_log.py: the KV cache figures vLLM prints, in every format it uses."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.vllm_log import KVReport, parse_kv_report, read_tail
+from server.stack.vllm_log import KVReport, parse_kv_report, read_tail
 
 ONE_LINE = ("(EngineCore pid=1) INFO 11-29 10:00:00 [kv_cache_utils.py:1300] GPU KV cache size: "
             "1,234,560 tokens, Maximum concurrency for 8,192 tokens per request: 150.70x")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from server.vllm_log import START_MARKER
+from server.stack.vllm_log import START_MARKER
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Chainlit shows its history sidebar only with a data layer AND authentication.
 Its SQLAlchemy data layer expects tables that Chainlit documents for Postgres;
 this is the SQLite version, with the ``autoCollapse`` (and other newer StepDict)
 columns the documented schema lacks: without them every step insert fails with
-only a warning (FACTS.md).
+only a warning (docs/notes.md, "Chainlit 2.12").
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import hmac
 import sqlite3
 from pathlib import Path
 from typing import Optional
+
+from server.errors import ErnieChatError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -43,8 +45,8 @@ CREATE TABLE IF NOT EXISTS feedbacks (
 """
 
 
-class ChatDbError(RuntimeError):
-    pass
+class ChatDbError(ErnieChatError, RuntimeError):
+    """The saved-chats database cannot be used; the file is left as it was."""
 
 
 def prepare_db(path: Path) -> None:

@@ -1,7 +1,7 @@
 """``ernie-chat plan``: the KV-cache plan for a model on a device, as a table or JSON.
 
 Gathers the inputs (model config, device memory, settings and flags), asks
-:mod:`server.kv_planner` and prints.  The figures are the ones vLLM's log will
+:mod:`server.plan.kv_planner` and prints.  The figures are the ones vLLM's log will
 show; the README's "Choosing the memory settings" is made from this output.
 """
 
@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from server import kv_planner as kp
-from server import preflight
-from server.device import DeviceMemory, read_memory, resolve_device
-from server.model_config import load_shape
+from server.errors import BadInput
+from server.plan import kv_planner as kp
+from server.plan import preflight
+from server.plan.device import DeviceMemory, read_memory, resolve_device
+from server.plan.model_config import load_shape
 from server.settings import Settings
 
 GIB = kp.GIB
@@ -138,7 +139,7 @@ def usage_report(path: Path, block_size: int, reply_room: Optional[int]) -> dict
     from server.usage_log import read_usage
     records, skipped = read_usage(path)
     if not records:
-        raise ValueError(f"No usable records in {path} ({skipped} unreadable lines). Chat a little first.")
+        raise BadInput(f"No usable records in {path} ({skipped} unreadable lines). Chat a little first.")
     advice = kp.advise_from_usage([r["prompt_tokens"] for r in records],
                                   [r["completion_tokens"] for r in records], block_size, reply_room)
     return {**advice.__dict__, "skipped_lines": skipped, "file": str(path)}

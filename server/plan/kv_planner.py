@@ -1,6 +1,6 @@
 """KV-cache arithmetic, the way vLLM (V1 engine) does it: pure functions, no I/O.
 
-How vLLM sizes its KV pool (FACTS.md, vLLM ``v1/core/kv_cache_utils.py``):
+How vLLM sizes its KV pool (docs/notes.md, vLLM ``v1/core/kv_cache_utils.py``):
 
 * one token of KV cache costs ``2 (K and V) x layers x kv_heads x head_dim x dtype
   bytes``; for ERNIE-4.5-0.3B in bf16 that is 2 x 18 x 2 x 128 x 2 = 18 KiB;

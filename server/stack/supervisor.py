@@ -22,18 +22,20 @@ from typing import Callable, Optional
 import httpx
 from pydantic import SecretStr
 
-from app import persistence
-from server import doctor, preflight, provision
-from server import kv_planner as kp
-from server.device import read_memory, resolve_device
-from server.engine_args import engine_command
-from server.model_config import load_shape
+from server import chat_db
 from server.engine_state import write_state
-from server.model_source import choose_model
-from server.processes import ManagedProcess, port_problem
-from server.progress import StatusLine, StepFailed
+from server.errors import ErnieChatError
+from server.plan import kv_planner as kp
+from server.plan import preflight
+from server.plan.device import read_memory, resolve_device
+from server.plan.model_config import load_shape
+from server.progress import StatusLine
 from server.settings import Settings, auth_headers
-from server.vllm_log import parse_kv_report, read_tail
+from server.stack import doctor, provision
+from server.stack.engine_args import engine_command
+from server.stack.model_source import choose_model
+from server.stack.processes import ManagedProcess, port_problem
+from server.stack.vllm_log import parse_kv_report, read_tail
 
 ROOT = provision.ROOT
 BACKOFF_CAP_S = 30.0
@@ -49,8 +51,8 @@ class Shutdown(Exception):
     """Raised in the main thread by SIGTERM, like KeyboardInterrupt is by SIGINT."""
 
 
-class StartupFailed(RuntimeError):
-    pass
+class StartupFailed(ErnieChatError, RuntimeError):
+    """The stack could not start; the message carries the diagnosis."""
 
 
 def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = BACKOFF_CAP_S) -> float:
@@ -132,8 +134,8 @@ class Stack:
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
         if s.chat_db is not None:
             try:
-                persistence.prepare_db(s.chat_db)
-            except persistence.ChatDbError as exc:
+                chat_db.prepare_db(s.chat_db)
+            except chat_db.ChatDbError as exc:
                 problems.append(str(exc))
         if problems:
             raise StartupFailed("\n".join(problems))
@@ -365,13 +367,14 @@ def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def _raise_shutdown(signum, frame):
+def raise_shutdown(signum, frame) -> None:
+    """A SIGTERM handler: SIGTERM then unwinds like Ctrl-C, through every ``finally``."""
     raise Shutdown(signal.Signals(signum).name)
 
 
 def run(settings: Settings, out=print) -> int:
     """``ernie-chat up``: returns the process exit code."""
-    signal.signal(signal.SIGTERM, _raise_shutdown)
+    signal.signal(signal.SIGTERM, raise_shutdown)
     stack = Stack(settings, out=out)
     try:
         stack.start()
@@ -385,8 +388,8 @@ def run(settings: Settings, out=print) -> int:
     except (KeyboardInterrupt, Shutdown):
         out("\nStopping ...")
         return 0
-    except (StartupFailed, StepFailed, FileNotFoundError) as exc:
-        out(f"ERROR: {exc}")
+    except ErnieChatError as exc:
+        out(exc.render())
         return 1
     finally:
         # A second Ctrl-C must not interrupt the cleanup that stops vLLM.

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from server.errors import MissingFile
+from server.plan.model_config import hub_cache_dir
 from server.settings import DEMO_MODEL, Settings
 
 HUB_HOST = "huggingface.co"
@@ -24,13 +26,6 @@ class ModelChoice:
     path: str        # what --model gets
     is_demo: bool
     reason: str      # one sentence for the console
-
-
-def hub_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    return home / "hub"
 
 
 def in_hub_cache(repo_id: str) -> bool:
@@ -59,7 +54,7 @@ def choose_model(settings: Settings, reachable=hub_reachable, root: Optional[Pat
         return ModelChoice(str(Path(model).expanduser()), False, f"local checkpoint {model}")
     if model.startswith((".", "/", "~")):
         # A path that does not exist is a typo, not a reason to switch models silently.
-        raise FileNotFoundError(
+        raise MissingFile(
             f"ERNIE_MODEL={model!r} is not a folder. Give the folder that holds config.json, "
             "a hub id such as baidu/ERNIE-4.5-0.3B-PT, or 'demo'."
         )

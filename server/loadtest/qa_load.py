@@ -40,32 +40,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import secrets
 import sys
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import httpx
 
-from server.bench_stats import distribution_ms
+from server.errors import LoadTestError
+from server.loadtest.chat_socket import CONNECT_TIMEOUT_S, ChatSession, SessionRecord
+from server.loadtest.stats import distribution_ms
 from server.progress import StatusLine
 
-SOCKET_PATH = "/ws/socket.io"
 # A typo (10000) must not open thousands of sockets from a tester's machine.
 MAX_SESSIONS = 1000
-# Connecting many sockets at once on a busy small machine takes seconds, not the default 1 s.
-CONNECT_TIMEOUT_S = 30.0
-# Events that carry a chat message's id: the ones that must never reach another chat.
-MESSAGE_EVENTS = {"new_message", "update_message", "delete_message", "stream_start", "stream_token"}
-# app/chat.py ends a finished reply with the figures (app/texts.figures_line) as a paragraph
-# of their own, which gives the speed in tok/s in every language.
-FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
-TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
 DEFAULT_PROMPTS = (
     "Tell me about the weather today.",
     "Write a short poem about the sea.",
@@ -78,44 +68,8 @@ DEFAULT_PROMPTS = (
 )
 
 
-class QaLoadError(RuntimeError):
+class QaLoadError(LoadTestError):
     """A run that cannot start (bad arguments, empty prompts file); the message says why."""
-
-
-@dataclass
-class SessionRecord:
-    """What one chat saw; ``open_s`` from connecting, the other times from sending its message."""
-
-    index: int
-    tag: str
-    prompt: str
-    welcomed: bool = False
-    open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
-    ttft_s: Optional[float] = None
-    total_s: Optional[float] = None
-    reply_id: Optional[str] = None
-    streamed: str = ""            # stream_start's text plus every stream_token of the reply
-    final: Optional[str] = None   # the reply as the app sent it last
-    message_ids: set[str] = field(default_factory=set)
-    tags_seen: set[str] = field(default_factory=set)
-    error: str = ""
-
-    @property
-    def replied(self) -> bool:
-        return self.final is not None
-
-    @property
-    def complete(self) -> bool:
-        """The final text is the streamed text, nothing lost or added, then the figures line."""
-        if not self.streamed or self.final is None or not self.final.startswith(self.streamed):
-            return False
-        return FIGURES_TAIL.fullmatch(self.final[len(self.streamed):]) is not None
-
-    def as_dict(self) -> dict:
-        out = asdict(self)
-        out.update(message_ids=sorted(self.message_ids), tags_seen=sorted(self.tags_seen),
-                   replied=self.replied, complete=self.complete)
-        return out
 
 
 # --- the figures (pure) -----------------------------------------------------------
@@ -135,7 +89,7 @@ def count_crossed(records: list[SessionRecord]) -> int:
     return by_id + by_tag
 
 
-def summarize(records: list[SessionRecord], wall_s: float) -> dict:
+def summarize_sessions(records: list[SessionRecord], wall_s: float) -> dict:
     """The run's verdict: ``ok`` only when every chat got its own complete reply."""
     replied = [r for r in records if r.replied]
     complete = [r for r in replied if r.complete]
@@ -154,9 +108,9 @@ def summarize(records: list[SessionRecord], wall_s: float) -> dict:
         "errors": len(errors),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
         "wall_s": wall_s,
-        "open_ms": distribution_ms(r.open_s for r in records if r.open_s is not None),
-        "ttft_ms": distribution_ms(r.ttft_s for r in records if r.ttft_s is not None),
-        "total_ms": distribution_ms(r.total_s for r in replied if r.total_s is not None),
+        "open_ms": asdict(distribution_ms(r.open_s for r in records if r.open_s is not None)),
+        "ttft_ms": asdict(distribution_ms(r.ttft_s for r in records if r.ttft_s is not None)),
+        "total_ms": asdict(distribution_ms(r.total_s for r in replied if r.total_s is not None)),
     }
     summary["ok"] = bool(records) and all(
         summary[k] == 0 for k in ("incomplete", "lost", "crossed", "errors"))
@@ -167,135 +121,6 @@ def progress_text(records: list[SessionRecord]) -> str:
     return (f"{len(records)} chats: {sum(r.welcomed for r in records)} open, "
             f"{sum(r.ttft_s is not None and not r.replied for r in records)} streaming, "
             f"{sum(r.replied for r in records)} replied, {sum(bool(r.error) for r in records)} errors")
-
-
-# --- one chat -------------------------------------------------------------------------
-
-def user_step(text: str) -> dict:
-    """A user message as the Chainlit frontend builds it."""
-    return {"threadId": "", "id": str(uuid.uuid4()), "name": "User", "type": "user_message",
-            "output": text, "createdAt": datetime.now(timezone.utc).isoformat(), "metadata": {}}
-
-
-class ChatSession:
-    """One chat of the app, seen as its browser tab would see it."""
-
-    def __init__(self, record: SessionRecord):
-        # Imported here: the CLI that lists this command also runs where only the engine
-        # environment is (bench on a GPU machine), which has no python-socketio.
-        import socketio
-        self._socket_errors = (socketio.exceptions.SocketIOError, OSError)
-        self.record = record
-        self.sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S)
-        self.sio.on("*", self._on_event)  # a plain function: handlers then run in arrival order
-        self.sio.on("connect_error", self._on_refused)
-        self.sio.on("disconnect", self._on_disconnect)
-        self.refusal = ""  # why the app refused the connection: the exception does not say
-        self.opened = asyncio.Event()     # on_chat_start ended (welcome or error) or the socket did
-        self.turn_done = asyncio.Event()
-        self.sent_at: Optional[float] = None
-        self._in_turn = False
-        self._closing = False
-
-    async def open(self, url: str) -> bool:
-        """Connect and wait for the welcome; False (with the reason recorded) if it fails."""
-        started = time.perf_counter()
-        try:
-            await self.sio.connect(
-                url, socketio_path=SOCKET_PATH, transports=["websocket"], wait_timeout=CONNECT_TIMEOUT_S,
-                auth={"sessionId": str(uuid.uuid4()), "clientType": "webapp", "threadId": "",
-                      "userEnv": "{}", "chatProfile": ""})
-            await self.sio.emit("connection_successful")
-        except self._socket_errors as exc:
-            self.record.error = connect_failure(self.refusal, exc)
-            return False
-        await self.opened.wait()
-        self.record.open_s = time.perf_counter() - started
-        return self.record.welcomed and not self.record.error
-
-    async def ask(self) -> None:
-        self.sent_at = time.perf_counter()
-        try:
-            await self.sio.emit("client_message", {"message": user_step(self.record.prompt),
-                                                   "fileReferences": []})
-        except self._socket_errors as exc:
-            self.record.error = f"sending failed: {str(exc) or type(exc).__name__}"
-            return
-        await self.turn_done.wait()
-        if not self.record.replied and not self.record.error:
-            self.record.error = "the turn ended without a reply"
-
-    def next_turn(self, prompt: str) -> None:
-        """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
-        record = self.record
-        record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
-        record.ttft_s = record.total_s = None
-        self.turn_done.clear()
-        self._in_turn = False
-
-    async def close(self) -> None:
-        self._closing = True
-        try:
-            if self.sio.connected:
-                # As the frontend's "new chat": the app forgets the session now, not in an hour.
-                await self.sio.emit("clear_session")
-                await self.sio.disconnect()
-            else:
-                await self.sio.eio.disconnect()  # a failed connect leaves its HTTP session open
-        except self._socket_errors:
-            pass  # the chat is gone either way
-
-    def _on_event(self, event: str, data=None) -> None:
-        record = self.record
-        if not isinstance(data, dict):  # chat_settings, token_usage ...: nothing of a reply
-            return
-        if event in MESSAGE_EVENTS and data.get("id"):
-            record.message_ids.add(data["id"])
-        for value in data.values():  # output, token, and first_interaction's copy of the prompt
-            if isinstance(value, str):
-                record.tags_seen.update(TAG.findall(value))
-        kind = (data.get("metadata") or {}).get("kind")
-        if event == "task_start" and self.sent_at is not None:
-            self._in_turn = True
-        elif event == "task_end":
-            if self._in_turn:
-                self.turn_done.set()
-            elif record.welcomed or record.error:  # on_chat_start is over
-                self.opened.set()
-        elif event == "stream_start" and kind == "reply" and record.reply_id is None:
-            record.reply_id, record.streamed = data["id"], data.get("output") or ""
-            record.ttft_s = self._since_sent()
-        elif event == "stream_token" and data.get("id") == record.reply_id:
-            token = data.get("token") or ""
-            record.streamed = token if data.get("isSequence") else record.streamed + token
-        elif event in ("new_message", "update_message"):
-            if kind == "welcome":
-                record.welcomed = True
-            elif kind == "error":
-                record.error = "the app showed an error: " + (data.get("output") or "")[:200]
-            elif kind == "reply" and record.reply_id in (None, data["id"]):
-                # An empty reply is never streamed: it comes only as this message.
-                record.reply_id, record.final = data["id"], data.get("output") or ""
-                record.total_s = self._since_sent()
-
-    def _on_refused(self, data=None) -> None:
-        if isinstance(data, dict):  # the app's reason; a failed transport gives a plain string
-            self.refusal = str(data.get("message", data))
-
-    def _on_disconnect(self, reason=None) -> None:
-        if not self._closing:
-            self.record.error = self.record.error or "the app closed the connection"
-            self.opened.set()
-            self.turn_done.set()
-
-    def _since_sent(self) -> Optional[float]:
-        return None if self.sent_at is None else time.perf_counter() - self.sent_at
-
-
-def connect_failure(refusal: str, exc: BaseException) -> str:
-    if refusal:
-        return f"the app refused the connection: {refusal}"
-    return f"connect failed: {str(exc) or type(exc).__name__}"
 
 
 # --- the whole run ------------------------------------------------------------------
@@ -366,7 +191,7 @@ async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float
         wall_s = time.perf_counter() - started
         ticker.cancel()
         await asyncio.gather(ticker, *(chat.close() for chat in chats), return_exceptions=True)
-    summary = summarize(records, wall_s)
+    summary = summarize_sessions(records, wall_s)
     status.done(progress_text(records))
     return {"kind": "ernie-chat qa-load", "url": url, "summary": summary,
             "sessions": [r.as_dict() for r in records]}
@@ -432,4 +257,3 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else render(result))
-    return 0 if result["summary"]["ok"] else 1

@@ -9,13 +9,12 @@ stamp says their inputs have not changed, which makes a second ``up`` fast.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
+from server.paths import ROOT
 from server.progress import run_step
 
-ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = {"cpu": "requirements/engine-cpu.txt", "cuda": "requirements/engine-gpu.txt"}
 SETUP_LOG = Path(".cache/setup.log")
 STAMP = ".ernie-chat-stamp"
@@ -56,7 +55,8 @@ def ensure_engine_env(venv: Path, device: str, root: Path = ROOT) -> Path:
 
 
 def demo_inputs(root: Path = ROOT) -> list[Path]:
-    return [root / "server" / "demo_model.py", root / "server" / "demo_corpus.txt"]
+    here = root / "server" / "stack"
+    return [here / "demo_model.py", here / "demo_corpus.txt"]
 
 
 def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT) -> Path:
@@ -67,20 +67,7 @@ def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT) -
     if stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists():
         return model_dir
     print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
-    run_step([str(engine_python), "-m", "server.demo_model", str(model_dir)], "demo model",
+    run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir)], "demo model",
              root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
     stamp.write_text(wanted + "\n")
     return model_dir
-
-
-# demo_model.py stamps its build_info.json with this; the chat looks for it.
-DEMO_BUILDER = "ernie-chat demo model"
-
-
-def is_demo_model(model_dir: str) -> bool:
-    """True when the folder the engine serves carries our demo model's build stamp."""
-    info = Path(model_dir) / "build_info.json" if model_dir else None
-    try:
-        return bool(info and info.exists() and json.loads(info.read_text()).get("builder") == DEMO_BUILDER)
-    except (OSError, ValueError):
-        return False

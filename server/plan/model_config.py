@@ -8,18 +8,27 @@ The weight size is read from the safetensors headers or index, never by loading.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Optional
 
-from server.kv_planner import ModelShape
-from server.model_source import hub_cache_dir
+from server.errors import ErnieChatError
+from server.plan.kv_planner import ModelShape
 
 BUNDLED = Path(__file__).resolve().parent / "model_configs"
 
 
-class ModelConfigNotFound(FileNotFoundError):
-    pass
+class ModelConfigNotFound(ErnieChatError, FileNotFoundError):
+    """No config.json for the model anywhere we look; the message lists where."""
+
+
+def hub_cache_dir() -> Path:
+    """Where Hugging Face keeps downloaded models (HF_HUB_CACHE, else HF_HOME/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    return home / "hub"
 
 
 def config_folder(model: str) -> Optional[Path]:

@@ -19,11 +19,11 @@ machines that have vLLM but not our app environment.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from statistics import fmean
 from typing import Iterable, Optional
 
-from server.kv_planner import percentile
+from server.plan.kv_planner import percentile
 
 MS = 1000.0
 
@@ -89,37 +89,94 @@ def meets_slo(record: RequestRecord, slo: Slo) -> bool:
     return True
 
 
-def distribution_ms(values_s: Iterable[float]) -> dict:
-    """mean, median and p99 in milliseconds; None for each when there are no values."""
+@dataclass(frozen=True)
+class Distribution:
+    """mean, median and p99 of one figure, in milliseconds; None where there were no values."""
+
+    mean: Optional[float] = None
+    median: Optional[float] = None
+    p99: Optional[float] = None
+
+
+def distribution_ms(values_s: Iterable[float]) -> Distribution:
+    """The distribution of ``values_s`` (seconds) in milliseconds."""
     values = [v * MS for v in values_s]
     if not values:
-        return {"mean": None, "median": None, "p99": None}
-    return {"mean": fmean(values), "median": percentile(values, 50), "p99": percentile(values, 99)}
+        return Distribution()
+    return Distribution(fmean(values), percentile(values, 50), percentile(values, 99))
 
 
-def summarize(records: list[RequestRecord], duration_s: float, slo: Slo = Slo()) -> dict:
+@dataclass
+class LevelSummary:
+    """The aggregate figures of one run at one concurrency level, as bench.json keeps them.
+
+    The first block is computed from the client's records (:func:`summarize_level`);
+    the engine's own view (from vLLM's /metrics) and the client's own load are added
+    by the run, which alone can read them.
+    """
+
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    duration_s: float = 0.0
+    total_prompt_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_token_throughput: float = 0.0
+    goodput: float = 0.0
+    slo: Slo = Slo()
+    ttft_ms: Distribution = Distribution()
+    tpot_ms: Distribution = Distribution()
+    itl_ms: Distribution = Distribution()
+    e2e_ms: Distribution = Distribution()
+    prefix_cache_hit_rate: Optional[float] = None
+    server_ttft_ms_mean: Optional[float] = None
+    server_e2e_ms_mean: Optional[float] = None
+    server_queue_ms_mean: Optional[float] = None
+    client_cpu_fraction: float = 0.0
+    not_sent: int = 0
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["slo"]["text"] = self.slo.describe()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LevelSummary":
+        """A summary read back from a saved bench.json; what an older file lacks stays empty."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        slo = data.get("slo") or {}
+        values["slo"] = Slo(slo.get("ttft_ms"), slo.get("tpot_ms"))
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            values[name] = Distribution(**(data.get(name) or {}))
+        return cls(**values)
+
+
+def summarize_level(records: list[RequestRecord], duration_s: float, slo: Slo = Slo()) -> LevelSummary:
     """The aggregate figures of one run (one concurrency level)."""
     done = [r for r in records if r.success]
     output = sum(r.output_tokens for r in done)
     prompt = sum(r.prompt_tokens for r in done)
     per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)
-    return {
-        "requests": len(records),
-        "completed": len(done),
-        "failed": len(records) - len(done),
-        "duration_s": duration_s,
-        "total_prompt_tokens": prompt,
-        "total_output_tokens": output,
-        "request_throughput": per_s(len(done)),
-        "output_throughput": per_s(output),
-        "total_token_throughput": per_s(prompt + output),
-        "goodput": per_s(sum(meets_slo(r, slo) for r in done)),
-        "slo": {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "text": slo.describe()},
-        "ttft_ms": distribution_ms(r.ttft_s for r in done if r.ttft_s is not None),
-        "tpot_ms": distribution_ms(r.tpot_s for r in done if r.tpot_s is not None),
-        "itl_ms": distribution_ms(gap for r in done for gap in r.itl_s),
-        "e2e_ms": distribution_ms(r.e2e_s for r in done if r.e2e_s is not None),
-    }
+    return LevelSummary(
+        requests=len(records),
+        completed=len(done),
+        failed=len(records) - len(done),
+        duration_s=duration_s,
+        total_prompt_tokens=prompt,
+        total_output_tokens=output,
+        request_throughput=per_s(len(done)),
+        output_throughput=per_s(output),
+        total_token_throughput=per_s(prompt + output),
+        goodput=per_s(sum(meets_slo(r, slo) for r in done)),
+        slo=slo,
+        ttft_ms=distribution_ms(r.ttft_s for r in done if r.ttft_s is not None),
+        tpot_ms=distribution_ms(r.tpot_s for r in done if r.tpot_s is not None),
+        itl_ms=distribution_ms(gap for r in done for gap in r.itl_s),
+        e2e_ms=distribution_ms(r.e2e_s for r in done if r.e2e_s is not None),
+    )
 
 
 def percent_difference(ours: Optional[float], theirs: Optional[float]) -> Optional[float]:

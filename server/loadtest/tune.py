@@ -20,187 +20,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import shlex
 import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from server import bench, doctor, provision
-from server import kv_planner as kp
-from server.device import resolve_device
-from server.engine_args import cpu_kv_cache_gib, engine_command
-from server.model_source import choose_model
-from server.processes import ManagedProcess, free_port
+from server.loadtest import bench, report
+from server.loadtest.config import BenchConfig, BenchError
+from server.loadtest.run import run_bench
+from server.loadtest.tune_choice import (
+    Outcome,
+    Point,
+    TuneError,
+    choose,
+    explain,
+    plot_rows,
+    render_table,
+    sweep,
+)
+from server.paths import RESULTS_DIR, ROOT
+from server.plan import kv_planner as kp
+from server.plan.device import resolve_device
 from server.progress import StatusLine, StepFailed
-from server.settings import Settings, env_name, load_settings
-from server.supervisor import Shutdown, _raise_shutdown, probe_engine, wait_until
-from server.vllm_log import START_MARKER, parse_kv_report, read_tail
-
-ROOT = provision.ROOT
-# Goodputs closer than this are one result: a short bench does not resolve less.
-TIE_TOLERANCE = 0.02
-
-
-class TuneError(RuntimeError):
-    """A sweep that cannot be run or a choice that cannot be made; the message says why."""
-
-
-@dataclass(frozen=True)
-class Point:
-    """One engine setting of the sweep; None leaves the setting as it is."""
-
-    max_model_len: int
-    gpu_memory_utilization: Optional[float] = None
-    kv_cache_gib: Optional[float] = None
-    max_num_seqs: Optional[int] = None
-    max_num_batched_tokens: Optional[int] = None
-
-    def overrides(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    def env_values(self) -> dict[str, str]:
-        return {env_name(k): str(v) for k, v in self.overrides().items()}
-
-    @property
-    def memory(self) -> float:
-        """What the point costs in memory, to prefer the smaller of two equal points."""
-        return self.gpu_memory_utilization or self.kv_cache_gib or 0.0
-
-    def label(self) -> str:
-        parts = [f"len {self.max_model_len}"]
-        if self.gpu_memory_utilization is not None:
-            parts.append(f"util {self.gpu_memory_utilization:g}")
-        if self.kv_cache_gib is not None:
-            parts.append(f"kv {self.kv_cache_gib:g} GiB")
-        if self.max_num_seqs is not None:
-            parts.append(f"seqs {self.max_num_seqs}")
-        if self.max_num_batched_tokens is not None:
-            parts.append(f"batch {self.max_num_batched_tokens}")
-        return ", ".join(parts)
-
-
-@dataclass
-class Outcome:
-    """What happened at one point: measured, failed (did not start or serve) or not run."""
-
-    point: Point
-    status: str = "not run"
-    reason: str = ""
-    port: Optional[int] = None
-    pid: Optional[int] = None
-    startup_s: Optional[float] = None
-    served_max_model_len: Optional[int] = None
-    kv_tokens: Optional[int] = None
-    kv_memory_gib: Optional[float] = None
-    kv_concurrency: Optional[float] = None
-    summary: Optional[dict] = None
-
-    @property
-    def goodput(self) -> Optional[float]:
-        return self.summary["goodput"] if self.summary else None
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "label": self.point.label(), "goodput": self.goodput}
-
-
-def sweep(max_model_lens, utilizations=(None,), kv_cache_gibs=(None,), max_num_seqs=(None,),
-          max_num_batched_tokens=(None,)) -> list[Point]:
-    """The cartesian product of the values given, in the order given."""
-    return [Point(*values) for values in itertools.product(
-        max_model_lens, utilizations, kv_cache_gibs, max_num_seqs, max_num_batched_tokens)]
-
-
-# --- the choice (pure) -------------------------------------------------------------
-
-def serving(outcomes: list[Outcome], need: int) -> list[Outcome]:
-    return [o for o in outcomes if o.status == "measured" and (o.served_max_model_len or 0) >= need]
-
-
-def choose(outcomes: list[Outcome], need: int) -> Outcome:
-    """The best goodput among measured points that serve ``need`` tokens per request.
-
-    Goodputs within TIE_TOLERANCE of the best are a tie (a short bench cannot tell
-    them apart); of those the one with the least memory wins, as it leaves the most
-    for everything else, then the higher goodput, then the earlier point.
-    """
-    eligible = serving(outcomes, need)
-    if not eligible:
-        measured = [o for o in outcomes if o.status == "measured"]
-        longest = max((o.served_max_model_len or 0 for o in measured), default=0)
-        why = (f"the longest max-model-len measured is {longest}" if measured
-               else "no point was measured (see the reasons in the table)")
-        raise TuneError(f"No point serves the {need}-token requests you need: {why}. Add a "
-                        f"--max-model-len of at least {need} to the sweep (with enough KV memory "
-                        "for it), or lower --need-max-model-len.")
-    best = max(o.goodput for o in eligible)
-    tied = [(i, o) for i, o in enumerate(eligible) if o.goodput >= best * (1 - TIE_TOLERANCE)]
-    return max(tied, key=lambda pair: (-pair[1].point.memory, pair[1].goodput, -pair[0]))[1]
-
-
-def explain(chosen: Outcome, outcomes: list[Outcome], need: int, need_source: str) -> str:
-    """One paragraph: what was chosen, why, and what the other points showed."""
-    s = chosen.summary
-    eligible = serving(outcomes, need)
-    others = sorted((o for o in eligible if o is not chosen), key=lambda o: -o.goodput)
-    text = (f"Chosen: {chosen.point.label()}. It served the {need}-token requests you need "
-            f"({need_source}) with the best goodput, {s['goodput']:.2f} requests/s under "
-            f"{s['slo']['text']} ({s['output_throughput']:.0f} output tokens/s, TTFT p50 "
-            f"{bench.one_decimal(s['ttft_ms']['median'])} ms, TPOT p50 "
-            f"{bench.one_decimal(s['tpot_ms']['median'])} ms)")
-    if others:
-        runner = others[0]
-        gap = (s["goodput"] - runner.goodput) / runner.goodput * 100 if runner.goodput else float("inf")
-        if gap < TIE_TOLERANCE * 100:
-            text += (f"; {runner.point.label()} did within {TIE_TOLERANCE:.0%} as well, a tie a "
-                     "short bench cannot resolve, decided for the setting with less memory")
-        else:
-            text += f", {gap:.0f}% above the next best, {runner.point.label()}"
-    text += "."
-    short = [o for o in outcomes if o.status == "measured" and all(o is not e for e in eligible)]
-    failed = [o for o in outcomes if o.status == "failed"]
-    if short:
-        text += (f" {len(short)} point(s) were measured but cannot serve {need} tokens per request "
-                 "and were not eligible.")
-    if failed:
-        text += f" {len(failed)} point(s) failed: " + "; ".join(
-            f"{o.point.label()}: {o.reason}" for o in failed) + "."
-    if chosen.kv_tokens:
-        text += (f" vLLM reported a KV cache of {chosen.kv_tokens:,} tokens for it, room for "
-                 f"{chosen.kv_concurrency:.1f} requests of max-model-len at once.")
-    return text
-
-
-# --- .env --------------------------------------------------------------------------------
-
-def updated_env_text(text: str, values: dict[str, str]) -> str:
-    """``text`` of a .env file with ``values`` set: existing keys changed in place, others
-    appended; comments, blank lines and every other line kept as they are."""
-    lines = text.splitlines()
-    left = dict(values)
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("#") or "=" not in stripped:
-            continue
-        key = stripped.split("=", 1)[0].removeprefix("export ").strip()
-        if key in left:
-            prefix = "export " if stripped.startswith("export ") else ""
-            lines[i] = f"{prefix}{key}={left.pop(key)}"
-    if left:
-        lines += ["", f"# set by `ernie-chat tune` on {time.strftime('%Y-%m-%d %H:%M')}"]
-        lines += [f"{k}={v}" for k, v in left.items()]
-    return "\n".join(lines) + "\n"
-
-
-def write_env(path: Path, values: dict[str, str]) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    path.write_text(updated_env_text(text, values), encoding="utf-8")
-
+from server.settings import Settings, load_settings
+from server.stack import doctor, provision
+from server.stack.engine_args import engine_command
+from server.stack.model_source import choose_model
+from server.stack.processes import ManagedProcess, free_port
+from server.stack.supervisor import Shutdown, probe_engine, raise_shutdown, wait_until
+from server.stack.vllm_log import START_MARKER, parse_kv_report, read_tail
 
 # --- running the sweep ---------------------------------------------------------------------
 
@@ -213,7 +66,7 @@ class Sweep:
     device: str
     python: Path
     engine_args: str
-    load: bench.BenchConfig
+    load: BenchConfig
     out_dir: Path
     point_timeout_s: float
     deadline: float  # time.monotonic() at which the whole sweep stops
@@ -266,25 +119,25 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
             return
         outcome.startup_s = status.elapsed
         outcome.served_max_model_len = int(entry.get("max_model_len") or point.max_model_len)
-        report = parse_kv_report(read_tail(log))
-        outcome.kv_tokens, outcome.kv_memory_gib = report.kv_tokens, report.kv_memory_gib
-        outcome.kv_concurrency = report.max_concurrency
+        kv = parse_kv_report(read_tail(log))
+        outcome.kv_tokens, outcome.kv_memory_gib = kv.kv_tokens, kv.kv_memory_gib
+        outcome.kv_concurrency = kv.max_concurrency
         status.done(f"{point.label()}: ready in {outcome.startup_s:.0f} s, KV cache "
-                    f"{report.kv_tokens or '?'} tokens")
+                    f"{kv.kv_tokens or '?'} tokens")
         # The point's time limit bounds the load and every wait for a chunk.
         left = max(1.0, point_deadline - time.monotonic())
         cfg = replace(sweep_.load, url=url, model=entry.get("id"), api_key=settings.api_key_value,
                       max_seconds=min(sweep_.load.max_seconds, left),
                       request_timeout_s=min(sweep_.load.request_timeout_s, left))
-        result = asyncio.run(bench.run_bench(cfg))
-        bench.save(result, sweep_.out_dir / f"point-{n:02d}", plots=False)
-        outcome.summary = result["levels"][0]["summary"] if result["levels"] else None
+        result = asyncio.run(run_bench(cfg))
+        report.save(result, sweep_.out_dir / f"point-{n:02d}", plots=False)
+        outcome.summary = result.levels[0].summary if result.levels else None
         outcome.status = "measured"
         if not engine.alive():
             outcome.status, outcome.reason = "failed", f"vLLM exited under load: {failure_reason(log)}"
         elif not outcome.summary:
             outcome.status, outcome.reason = "failed", "the time limit left no time for the load"
-    except bench.BenchError as exc:
+    except BenchError as exc:
         outcome.status, outcome.reason = "failed", str(exc)
     finally:
         with signals_ignored():
@@ -298,39 +151,6 @@ def run_sweep(sweep_: Sweep, outcomes: list[Outcome]) -> None:
             outcome.reason = "the sweep's time limit (--total-timeout-s) was reached"
             continue
         run_point(n, sweep_, outcome)
-
-
-# --- reporting ---------------------------------------------------------------------------------
-
-def render_table(outcomes: list[Outcome]) -> str:
-    head = (f"{'#':>2}  {'setting':<44}{'start s':>8}{'KV tokens':>11}{'conc@len':>9}{'req/s':>8}"
-            f"{'out tok/s':>10}{'goodput':>8}{'TTFT p50':>9}{'TPOT p50':>9}  status")
-    lines = [head, "-" * len(head)]
-    num = lambda v, f: "-" if v is None else format(v, f)
-    for i, o in enumerate(outcomes, 1):
-        s = o.summary or {}
-        lines.append(
-            f"{i:>2}  {o.point.label():<44}{num(o.startup_s, '.0f'):>8}{num(o.kv_tokens, ','):>11}"
-            f"{num(o.kv_concurrency, '.1f'):>9}{num(s.get('request_throughput'), '.2f'):>8}"
-            f"{num(s.get('output_throughput'), '.0f'):>10}{num(o.goodput, '.2f'):>8}"
-            f"{bench.one_decimal(s.get('ttft_ms', {}).get('median')):>9}"
-            f"{bench.one_decimal(s.get('tpot_ms', {}).get('median')):>9}  "
-            f"{o.status}{': ' + o.reason[:120] if o.reason else ''}")
-    cached = [o.point.label() for o in outcomes if o.summary and bench.mostly_cached(o.summary)]
-    if cached:
-        lines.append(f"WARNING: the prefix cache served many prompt tokens at {', '.join(cached)}: "
-                     "TTFT and goodput there are those of cached prompts.")
-    return "\n".join(lines)
-
-
-def plot_rows(outcomes: list[Outcome], chosen: Optional[Outcome], need: int) -> list[dict]:
-    def role(o: Outcome) -> str:
-        if o is chosen:
-            return "chosen"
-        if o.status != "measured":
-            return "failed" if o.status == "failed" else "not run"
-        return "eligible" if (o.served_max_model_len or 0) >= need else "too short"
-    return [{"label": o.point.label(), "goodput": o.goodput, "role": role(o)} for o in outcomes]
 
 
 def save(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, need_source: str,
@@ -351,9 +171,9 @@ def save(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, need_sou
     }, indent=1) + "\n", encoding="utf-8")
     paths = [path]
     try:
-        from server import bench_plot
+        from server.loadtest import plots
         rows = plot_rows(outcomes, chosen, need)
-        paths.append(bench_plot.plot_tune(rows, need, sweep_.out_dir / "tune.png"))
+        paths.append(plots.plot_tune(rows, need, sweep_.out_dir / "tune.png"))
     except ImportError as exc:
         print(f"[tune] plot skipped ({exc})")
     return paths
@@ -366,7 +186,7 @@ def needed_max_model_len(args: argparse.Namespace, settings: Settings, device: s
     if args.need_max_model_len:
         return args.need_max_model_len, "--need-max-model-len"
     if settings.usage_log.exists():
-        from server.plan_report import usage_report
+        from server.plan.report import usage_report
         try:
             usage = usage_report(settings.usage_log, kp.BLOCK_SIZE[device], None)
             return (usage["recommended_max_model_len"], f"`plan --from-usage` advice from "
@@ -413,7 +233,7 @@ def build_points(args: argparse.Namespace, settings: Settings, device: str) -> l
     if args.kv_cache_gib:
         memory["kv_cache_gibs"] = args.kv_cache_gib
     elif device == "cpu":
-        memory["kv_cache_gibs"] = (cpu_kv_cache_gib(settings),)
+        memory["kv_cache_gibs"] = (settings.cpu_kv_cache_gib,)
     else:
         memory["utilizations"] = args.utilization or (settings.gpu_memory_utilization,)
     points = sweep(args.max_model_len or (settings.max_model_len,), **memory,
@@ -490,17 +310,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
                             f"you need ({need_source}): add one to --max-model-len.")
         python = engine_python(args.engine_python, settings)
         load = bench.config_from_args(args, settings, url="http://127.0.0.1")
-        out_dir = args.out or bench.RESULTS_DIR / time.strftime("tune-%Y%m%d-%H%M%S")
+        out_dir = args.out or RESULTS_DIR / time.strftime("tune-%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
         sweep_ = Sweep(settings, resolve_model(args, settings, python), device, python,
                        args.engine_args, load, out_dir, args.point_timeout_s,
                        time.monotonic() + args.total_timeout_s, points)
-    except (TuneError, bench.BenchError, FileNotFoundError, StepFailed) as exc:
+    except (TuneError, BenchError, FileNotFoundError, StepFailed) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     print(f"[tune] {len(points)} point(s) on {device}, model {sweep_.model}; the choice must serve "
           f"{need} tokens per request ({need_source}). Results in {out_dir}")
-    previous = signal.signal(signal.SIGTERM, _raise_shutdown)
+    previous = signal.signal(signal.SIGTERM, raise_shutdown)
     interrupted = False
     outcomes = [Outcome(p) for p in points]
     try:
@@ -522,11 +342,3 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     if chosen is None or interrupted:
         return 1
-    values = chosen.point.env_values()
-    if args.write_env:
-        write_env(args.env_file, values)
-        print(f"wrote {', '.join(f'{k}={v}' for k, v in values.items())} to {args.env_file}")
-    else:
-        print("To use it, add to .env (or run again with --write-env): "
-              + " ".join(f"{k}={v}" for k, v in values.items()))
-    return 0

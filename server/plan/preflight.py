@@ -11,9 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from server import kv_planner as kp
-from server.device import DeviceMemory
-from server.engine_args import DEFAULT_CPU_KV_GIB
+from server.plan import kv_planner as kp
+from server.plan.device import DeviceMemory
 from server.settings import Settings
 
 GIB = kp.GIB
@@ -30,10 +29,8 @@ class Problem:
 
 def kv_pool_bytes(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> tuple[int, Optional[kp.GpuOverhead]]:
     """The KV pool these settings give on this device, and the GPU overhead assumed."""
-    if settings.kv_cache_gib is not None:
-        return int(settings.kv_cache_gib * GIB), None
-    if memory.kind == "cpu":
-        return int(DEFAULT_CPU_KV_GIB * GIB), None
+    if settings.kv_cache_gib is not None or memory.kind == "cpu":
+        return int(settings.cpu_kv_cache_gib * GIB), None
     overhead = kp.gpu_overhead(
         shape, enforce_eager=settings.enforce_eager,
         max_num_batched_tokens=settings.max_num_batched_tokens or kp.DEFAULT_MAX_NUM_BATCHED_TOKENS,

@@ -1,6 +1,6 @@
 """Read the figures vLLM reports about its KV cache out of its log.
 
-vLLM prints them in two formats (FACTS.md): one line in 0.33 and the CPU build
+vLLM prints them in two formats (docs/notes.md): one line in 0.33 and the CPU build
 (``GPU KV cache size: N tokens, Maximum concurrency for M tokens per request:
 Cx``), two lines in 0.20.  Both are parsed; ``CPU`` replaces ``GPU`` on CPU.
 """

@@ -16,7 +16,7 @@ atomically, so an interrupted build never leaves a half model behind.
 Run it with the engine environment's Python (torch, tokenizers, safetensors and
 transformers come with vLLM there; nothing from the project is imported):
 
-    python -m server.demo_model OUTDIR [--steps N] [--seed S]
+    python -m server.stack.demo_model OUTDIR [--steps N] [--seed S]
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # short spin costs ~10% when the machine is idle and keeps a shared one at its fair share.
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
-from server.provision import DEMO_BUILDER  # noqa: E402  (stdlib only: safe in the engine env)
 import torch  # noqa: E402
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+from server.demo_stamp import DEMO_BUILDER  # noqa: E402  (stdlib only: safe in the engine env)
 
 CORPUS = Path(__file__).with_name("demo_corpus.txt")
 
@@ -344,7 +345,7 @@ def replace_dir(new: Path, target: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server.demo_model", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m server.stack.demo_model", description=__doc__.split("\n")[0])
     parser.add_argument("outdir", type=Path, help="directory to write the model to")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed")

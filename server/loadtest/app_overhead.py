@@ -31,7 +31,10 @@ from pydantic import SecretStr
 
 from app import engine_client as ec
 from app.token_batcher import TokenBatcher
-from server import bench
+from server.loadtest.config import BenchConfig, BenchError
+from server.loadtest.prompts import prepare
+from server.loadtest.stream import StreamError
+from server.loadtest.target import error_message
 from server.progress import StatusLine
 from server.settings import Settings, auth_headers
 
@@ -79,14 +82,14 @@ async def sse_chunks(http: httpx.AsyncClient, url: str, body: dict,
     decoded as the app decodes them (engine_client.sse_chunk)."""
     async with http.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code != 200:
-            message = bench.error_message(await response.aread())
-            raise bench.StreamError(f"HTTP {response.status_code}: {message}")
+            message = error_message(await response.aread())
+            raise StreamError(f"HTTP {response.status_code}: {message}")
         async for line in response.aiter_lines():
             if (chunk := ec.sse_chunk(line)) is not None:
                 yield chunk
 
 
-async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: str,
+async def direct_path(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
                       messages: list[dict], settings: Settings, max_tokens: int) -> Sample:
     body = {"model": model, "messages": messages, "temperature": settings.temperature,
             "top_p": settings.top_p, "max_tokens": max_tokens, "stream": True,
@@ -104,11 +107,11 @@ async def direct_path(http: httpx.AsyncClient, cfg: bench.BenchConfig, model: st
                 tokens = chunk["usage"]["completion_tokens"]
     end = time.perf_counter()
     if first is None:
-        raise bench.BenchError("the engine's stream carried no text")
+        raise BenchError("the engine's stream carried no text")
     return Sample("direct", first - started, end - started, tokens)
 
 
-def summarize(samples: list[Sample]) -> dict:
+def compare_paths(samples: list[Sample]) -> dict:
     """Medians of each path, and the tokens/s ratio and added TTFT over ABBA pairs.
 
     Single replies of the demo model vary by +-15 % in tokens/s on a busy 2-core box,
@@ -139,12 +142,12 @@ def summarize(samples: list[Sample]) -> dict:
     }
 
 
-async def measure(cfg: bench.BenchConfig, settings: Settings, repetitions: int) -> dict:
+async def measure(cfg: BenchConfig, settings: Settings, repetitions: int) -> dict:
     app_settings = settings.model_copy(update={
         "engine_url": cfg.url, "api_key": SecretStr(cfg.api_key) if cfg.api_key else None})
     status = StatusLine("app-overhead")
     # One run of each path to warm up, then the measured ones; every run its own prompt.
-    model, _, prompts, _ = await bench.prepare(cfg, 2 * repetitions + 2,
+    model, _, prompts, _ = await prepare(cfg, 2 * repetitions + 2,
                                                random.Random(cfg.load.seed), status)
     client = ec.make_client(app_settings)
     try:
@@ -167,7 +170,7 @@ async def measure(cfg: bench.BenchConfig, settings: Settings, repetitions: int) 
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "target": {"url": cfg.url, "model": model},
             "params": {**cfg.as_dict(), "repetitions": repetitions},
-            "summary": summarize(samples),
+            "summary": compare_paths(samples),
             "samples": [{**asdict(s), "tokens_per_s": s.tokens_per_s} for s in samples]}
 
 
@@ -189,9 +192,9 @@ def render(summary: dict) -> str:
     ])
 
 
-def run(cfg: bench.BenchConfig, settings: Settings, repetitions: int, out_dir: Path) -> int:
+def run(cfg: BenchConfig, settings: Settings, repetitions: int, out_dir: Path) -> int:
     if repetitions < 1:
-        raise bench.BenchError("--repetitions must be at least 1.")
+        raise BenchError("--repetitions must be at least 1.")
     result = asyncio.run(measure(cfg, settings, repetitions))
     print(render(result["summary"]))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,30 @@
+"""Writing chosen settings into a .env file without disturbing the rest of it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def updated_env_text(text: str, values: dict[str, str]) -> str:
+    """``text`` of a .env file with ``values`` set: existing keys changed in place, others
+    appended; comments, blank lines and every other line kept as they are."""
+    lines = text.splitlines()
+    left = dict(values)
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#") or "=" not in stripped:
+            continue
+        key = stripped.split("=", 1)[0].removeprefix("export ").strip()
+        if key in left:
+            prefix = "export " if stripped.startswith("export ") else ""
+            lines[i] = f"{prefix}{key}={left.pop(key)}"
+    if left:
+        lines += ["", f"# set by `ernie-chat tune` on {time.strftime('%Y-%m-%d %H:%M')}"]
+        lines += [f"{k}={v}" for k, v in left.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_env(path: Path, values: dict[str, str]) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    path.write_text(updated_env_text(text, values), encoding="utf-8")

@@ -1,0 +1,49 @@
+"""The project's own failures: one base class, so every command catches one thing.
+
+A failure the person running the command can fix (a bad setting, a port in use,
+a model that cannot be found, a load test that cannot be built) is raised as a
+subclass of :class:`ErnieChatError`, with a message that says what was wrong and
+what to do.  ``server.cli`` prints that message, without a traceback, and exits with
+``exit_code``; a traceback means a bug, never a user mistake.
+
+    ErnieChatError
+    ├── BadInput             a file or value given to a command cannot be used
+    │   └── MissingFile      a file or folder named by the user does not exist
+    ├── SettingsError        server.settings: a bad ERNIE_* value or .env line
+    ├── ChatDbError          server.chat_db: the saved-chats database cannot be used
+    ├── ModelConfigNotFound  server.plan.model_config: no config.json for the model
+    ├── StepFailed           server.progress: a set-up step (pip, the demo build) failed
+    ├── StartupFailed        server.stack.supervisor: the stack could not start
+    └── LoadTestError        server.loadtest: a bench, tune or qa-load that cannot run
+        ├── BenchError
+        ├── TuneError
+        └── QaLoadError
+
+Signals (``Shutdown``) and the chat's own refusals (``app.history.TooLong``) are
+not failures of a command and are not in this tree.
+"""
+
+from __future__ import annotations
+
+
+class ErnieChatError(Exception):
+    """A failure with a message meant for the person who ran the command."""
+
+    exit_code = 2
+    # Printed before the message; a settings report starts with its own headline.
+    prefix = "ERROR: "
+
+    def render(self) -> str:
+        return f"{self.prefix}{self}"
+
+
+class BadInput(ErnieChatError, ValueError):
+    """Something the user handed to a command (a file, a value) cannot be used."""
+
+
+class MissingFile(BadInput, FileNotFoundError):
+    """A file or folder the user named does not exist."""
+
+
+class LoadTestError(ErnieChatError):
+    """A load test (bench, tune, qa-load) that cannot be run as asked."""

@@ -1,0 +1,189 @@
+"""One chat through the app's own websocket: Chainlit 2.12's socket.io protocol.
+
+What ``qa-load`` speaks instead of a browser (the protocol is described in
+``server.loadtest.qa_load``), and what each chat saw (``SessionRecord``), so
+that the run can check every chat got its own complete reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Optional
+
+SOCKET_PATH = "/ws/socket.io"
+# Connecting many sockets at once on a busy small machine takes seconds, not the default 1 s.
+CONNECT_TIMEOUT_S = 30.0
+# Events that carry a chat message's id: the ones that must never reach another chat.
+MESSAGE_EVENTS = {"new_message", "update_message", "delete_message", "stream_start", "stream_token"}
+# app/chat.py ends a finished reply with the figures (app/texts.figures_line) as a paragraph
+# of their own, which gives the speed in tok/s in every language.
+FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
+TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
+
+
+@dataclass
+class SessionRecord:
+    """What one chat saw; ``open_s`` from connecting, the other times from sending its message."""
+
+    index: int
+    tag: str
+    prompt: str
+    welcomed: bool = False
+    open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
+    ttft_s: Optional[float] = None
+    total_s: Optional[float] = None
+    reply_id: Optional[str] = None
+    streamed: str = ""            # stream_start's text plus every stream_token of the reply
+    final: Optional[str] = None   # the reply as the app sent it last
+    message_ids: set[str] = field(default_factory=set)
+    tags_seen: set[str] = field(default_factory=set)
+    error: str = ""
+
+    @property
+    def replied(self) -> bool:
+        return self.final is not None
+
+    @property
+    def complete(self) -> bool:
+        """The final text is the streamed text, nothing lost or added, then the figures line."""
+        if not self.streamed or self.final is None or not self.final.startswith(self.streamed):
+            return False
+        return FIGURES_TAIL.fullmatch(self.final[len(self.streamed):]) is not None
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(message_ids=sorted(self.message_ids), tags_seen=sorted(self.tags_seen),
+                   replied=self.replied, complete=self.complete)
+        return out
+
+
+def user_step(text: str) -> dict:
+    """A user message as the Chainlit frontend builds it."""
+    return {"threadId": "", "id": str(uuid.uuid4()), "name": "User", "type": "user_message",
+            "output": text, "createdAt": datetime.now(timezone.utc).isoformat(), "metadata": {}}
+
+
+class ChatSession:
+    """One chat of the app, seen as its browser tab would see it."""
+
+    def __init__(self, record: SessionRecord):
+        # Imported here: the CLI that lists this command also runs where only the engine
+        # environment is (bench on a GPU machine), which has no python-socketio.
+        import socketio
+        self._socket_errors = (socketio.exceptions.SocketIOError, OSError)
+        self.record = record
+        self.sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S)
+        self.sio.on("*", self._on_event)  # a plain function: handlers then run in arrival order
+        self.sio.on("connect_error", self._on_refused)
+        self.sio.on("disconnect", self._on_disconnect)
+        self.refusal = ""  # why the app refused the connection: the exception does not say
+        self.opened = asyncio.Event()     # on_chat_start ended (welcome or error) or the socket did
+        self.turn_done = asyncio.Event()
+        self.sent_at: Optional[float] = None
+        self._in_turn = False
+        self._closing = False
+
+    async def open(self, url: str) -> bool:
+        """Connect and wait for the welcome; False (with the reason recorded) if it fails."""
+        started = time.perf_counter()
+        try:
+            await self.sio.connect(
+                url, socketio_path=SOCKET_PATH, transports=["websocket"], wait_timeout=CONNECT_TIMEOUT_S,
+                auth={"sessionId": str(uuid.uuid4()), "clientType": "webapp", "threadId": "",
+                      "userEnv": "{}", "chatProfile": ""})
+            await self.sio.emit("connection_successful")
+        except self._socket_errors as exc:
+            self.record.error = connect_failure(self.refusal, exc)
+            return False
+        await self.opened.wait()
+        self.record.open_s = time.perf_counter() - started
+        return self.record.welcomed and not self.record.error
+
+    async def ask(self) -> None:
+        self.sent_at = time.perf_counter()
+        try:
+            await self.sio.emit("client_message", {"message": user_step(self.record.prompt),
+                                                   "fileReferences": []})
+        except self._socket_errors as exc:
+            self.record.error = f"sending failed: {str(exc) or type(exc).__name__}"
+            return
+        await self.turn_done.wait()
+        if not self.record.replied and not self.record.error:
+            self.record.error = "the turn ended without a reply"
+
+    def next_turn(self, prompt: str) -> None:
+        """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
+        record = self.record
+        record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
+        record.ttft_s = record.total_s = None
+        self.turn_done.clear()
+        self._in_turn = False
+
+    async def close(self) -> None:
+        self._closing = True
+        try:
+            if self.sio.connected:
+                # As the frontend's "new chat": the app forgets the session now, not in an hour.
+                await self.sio.emit("clear_session")
+                await self.sio.disconnect()
+            else:
+                await self.sio.eio.disconnect()  # a failed connect leaves its HTTP session open
+        except self._socket_errors:
+            pass  # the chat is gone either way
+
+    def _on_event(self, event: str, data=None) -> None:
+        record = self.record
+        if not isinstance(data, dict):  # chat_settings, token_usage ...: nothing of a reply
+            return
+        if event in MESSAGE_EVENTS and data.get("id"):
+            record.message_ids.add(data["id"])
+        for value in data.values():  # output, token, and first_interaction's copy of the prompt
+            if isinstance(value, str):
+                record.tags_seen.update(TAG.findall(value))
+        kind = (data.get("metadata") or {}).get("kind")
+        if event == "task_start" and self.sent_at is not None:
+            self._in_turn = True
+        elif event == "task_end":
+            if self._in_turn:
+                self.turn_done.set()
+            elif record.welcomed or record.error:  # on_chat_start is over
+                self.opened.set()
+        elif event == "stream_start" and kind == "reply" and record.reply_id is None:
+            record.reply_id, record.streamed = data["id"], data.get("output") or ""
+            record.ttft_s = self._since_sent()
+        elif event == "stream_token" and data.get("id") == record.reply_id:
+            token = data.get("token") or ""
+            record.streamed = token if data.get("isSequence") else record.streamed + token
+        elif event in ("new_message", "update_message"):
+            if kind == "welcome":
+                record.welcomed = True
+            elif kind == "error":
+                record.error = "the app showed an error: " + (data.get("output") or "")[:200]
+            elif kind == "reply" and record.reply_id in (None, data["id"]):
+                # An empty reply is never streamed: it comes only as this message.
+                record.reply_id, record.final = data["id"], data.get("output") or ""
+                record.total_s = self._since_sent()
+
+    def _on_refused(self, data=None) -> None:
+        if isinstance(data, dict):  # the app's reason; a failed transport gives a plain string
+            self.refusal = str(data.get("message", data))
+
+    def _on_disconnect(self, reason=None) -> None:
+        if not self._closing:
+            self.record.error = self.record.error or "the app closed the connection"
+            self.opened.set()
+            self.turn_done.set()
+
+    def _since_sent(self) -> Optional[float]:
+        return None if self.sent_at is None else time.perf_counter() - self.sent_at
+
+
+def connect_failure(refusal: str, exc: BaseException) -> str:
+    if refusal:
+        return f"the app refused the connection: {refusal}"
+    return f"connect failed: {str(exc) or type(exc).__name__}"
