@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from contextlib import aclosing
 from typing import Optional
 
@@ -25,7 +26,7 @@ from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
 from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, text
 from app.token_batcher import TokenBatcher
-from server import chat_db
+from server import chat_db, sticky
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.metrics import fetch_metrics_async
@@ -38,6 +39,8 @@ SETTINGS = load_settings()
 CLIENT = ec.make_client(SETTINGS)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
+# Set by the supervisor for each app worker; None when the app runs on its own.
+WORKER_INDEX = int(os.environ["ERNIE_WORKER_INDEX"]) if "ERNIE_WORKER_INDEX" in os.environ else None
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 
@@ -102,10 +105,19 @@ def max_reply_budget() -> int:
     return max(MIN_REPLY_TOKENS, max_len - MIN_REPLY_TOKENS)
 
 
+def moved_here() -> bool:
+    """A browser pinned to another worker arrived here: that worker stopped and the
+    balancer moved the chat (server/sticky.py)."""
+    environ = cl.context.session.environ or {}
+    return sticky.moved(environ.get("HTTP_COOKIE"), WORKER_INDEX)
+
+
 @cl.on_chat_start
 async def on_chat_start() -> None:
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
+    if moved_here():
+        await notice(text(lang(), "moved"), "moved")
     try:
         name, _ = await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
@@ -253,7 +265,16 @@ if SETTINGS.chat_db is not None:
 
     @cl.data_layer
     def data_layer():
-        return SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(SETTINGS.chat_db))
+        layer = SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(SETTINGS.chat_db))
+        if chat_db.is_postgres(SETTINGS.chat_db):
+            # Chainlit's default pool (5 + 10) runs out at about ten chats (Chainlit #2111).
+            from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+            from sqlalchemy.orm import sessionmaker
+            layer.engine = create_async_engine(layer._conninfo, pool_size=chat_db.POOL_SIZE,
+                                               max_overflow=chat_db.POOL_OVERFLOW)
+            layer.async_session = sessionmaker(bind=layer.engine, expire_on_commit=False,
+                                               class_=AsyncSession)
+        return layer
 
     @cl.password_auth_callback
     def password_auth(username: str, password: str) -> Optional[cl.User]:
@@ -266,3 +287,5 @@ if SETTINGS.chat_db is not None:
                          if isinstance(thread.get("metadata"), dict) else None)
         start_session(conversation_from_thread(thread, chosen.system_prompt or SETTINGS.system_prompt))
         await send_panel()
+        if moved_here():
+            await notice(text(lang(), "moved_saved"), "moved")

@@ -34,6 +34,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "engine_error": "The engine reported an error during the reply: {detail}. Try again.",
         "internal": "Something went wrong in the app ({detail}). Try again.",
         "empty": "The message is empty: type some text first.",
+        "moved": "↪ The chat server this chat was on stopped, so it continues on another one. A "
+                 "reply that was streaming is lost, and the earlier messages are no longer in the "
+                 "model's memory: repeat what matters.",
+        "moved_saved": "↪ The chat server this chat was on stopped, so it continues on another "
+                       "one with its saved history. A reply that was streaming may be lost.",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由本机的 vLLM 提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -54,6 +59,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "engine_error": "推理引擎在回复过程中出错：{detail}。请重试。",
         "internal": "应用内部出错（{detail}）。请重试。",
         "empty": "消息为空：请先输入文字。",
+        "moved": "↪ 此对话所在的聊天服务器已停止，对话转到另一台服务器继续。正在生成的回复已丢失，"
+                 "之前的消息也不再在模型的记忆中：请重复重要的内容。",
+        "moved_saved": "↪ 此对话所在的聊天服务器已停止，对话带着已保存的历史转到另一台服务器继续。"
+                       "正在生成的回复可能已丢失。",
     },
 }
 

@@ -1,10 +1,15 @@
-"""Saved chats on a SQLite file, and password login, both switched on by ERNIE_CHAT_DB.
+"""Saved chats, switched on by ERNIE_CHAT_DB: a SQLite file, or a PostgreSQL database.
 
 Chainlit shows its history sidebar only with a data layer AND authentication.
-Its SQLAlchemy data layer expects tables that Chainlit documents for Postgres;
-this is the SQLite version, with the ``autoCollapse`` (and other newer StepDict)
-columns the documented schema lacks: without them every step insert fails with
-only a warning (docs/notes.md, "Chainlit 2.12").
+Its SQLAlchemy data layer writes into tables it does not create, and it only
+logs a warning when a write fails, so the tables are created (and checked) here
+before any worker starts: the documented schema lacks the ``autoCollapse``
+(and other newer StepDict) columns, and without them every step insert fails
+with only a warning (docs/notes.md, "Chainlit 2.12").
+
+SQLite is the embedded default: one file, one machine.  Several app workers (or
+machines) share a PostgreSQL database instead (``postgresql://user:pw@host/db``);
+SQLite takes concurrent writers only one at a time.
 """
 
 from __future__ import annotations
@@ -45,15 +50,119 @@ CREATE TABLE IF NOT EXISTS feedbacks (
 """
 
 
+# Chainlit 2.12's step, thread and element dicts, as PostgreSQL columns (UUIDs, JSONB).
+POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+    "id" UUID PRIMARY KEY, "identifier" TEXT NOT NULL UNIQUE, "metadata" JSONB NOT NULL,
+    "createdAt" TEXT);
+CREATE TABLE IF NOT EXISTS threads (
+    "id" UUID PRIMARY KEY, "createdAt" TEXT, "name" TEXT, "userId" UUID, "userIdentifier" TEXT,
+    "tags" TEXT[], "metadata" JSONB,
+    FOREIGN KEY ("userId") REFERENCES users("id") ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS steps (
+    "id" UUID PRIMARY KEY, "name" TEXT NOT NULL, "type" TEXT NOT NULL, "threadId" UUID NOT NULL,
+    "parentId" UUID, "streaming" BOOLEAN NOT NULL, "waitForAnswer" BOOLEAN, "isError" BOOLEAN,
+    "metadata" JSONB, "tags" TEXT[], "input" TEXT, "output" TEXT, "createdAt" TEXT,
+    "command" TEXT, "modes" JSONB, "start" TEXT, "end" TEXT, "generation" JSONB,
+    "showInput" TEXT, "language" TEXT, "indent" INT, "defaultOpen" BOOLEAN,
+    "autoCollapse" BOOLEAN,
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS elements (
+    "id" UUID PRIMARY KEY, "threadId" UUID, "type" TEXT, "url" TEXT, "chainlitKey" TEXT,
+    "name" TEXT NOT NULL, "display" TEXT, "objectKey" TEXT, "size" TEXT, "page" INT,
+    "autoPlay" BOOLEAN, "playerConfig" JSONB, "language" TEXT, "forId" UUID, "mime" TEXT,
+    "props" JSONB,
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS feedbacks (
+    "id" UUID PRIMARY KEY, "forId" UUID NOT NULL, "threadId" UUID NOT NULL, "value" INT NOT NULL,
+    "comment" TEXT,
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+"""
+SCHEMA_LOCK = 0x45524E49  # any fixed number: the advisory lock the schema is created under
+POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+# Connections each worker may hold: Chainlit's default (5 + 10) ran out at ~10 chats
+# (Chainlit issue #2111); every write opens a session of its own.
+POOL_SIZE, POOL_OVERFLOW = 20, 40
+
+
 class ChatDbError(ErnieChatError, RuntimeError):
     """The saved-chats database cannot be used; the file is left as it was."""
 
 
-def prepare_db(path: Path) -> None:
+def is_postgres(target: str) -> bool:
+    return str(target).startswith(POSTGRES_SCHEMES)
+
+
+def without_password(url: str) -> str:
+    """The URL as messages may show it: never the password."""
+    head, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{head}{sep}{user}:***@{host}" if ":" in credentials else url
+
+
+def prepare_db(target) -> None:
+    """Create the tables if needed; refuse a database that cannot be used, with the reason."""
+    if is_postgres(str(target)):
+        prepare_postgres(str(target))
+    else:
+        prepare_sqlite(Path(target))
+
+
+def prepare_postgres(url: str, timeout_s: float = 10.0) -> None:
+    """Connect, create the tables, and check the columns Chainlit writes exist.
+
+    Run in a thread of its own: the app calls this while its event loop may run.
+    """
+    import asyncio
+    import threading
+
+    import asyncpg
+
+    async def create() -> None:
+        db = await asyncpg.connect(plain_postgres_url(url), timeout=timeout_s)
+        try:
+            # Workers start together, and two CREATE TABLE IF NOT EXISTS of one table at
+            # once can still collide in PostgreSQL's catalog: one at a time.
+            await db.execute(f"SELECT pg_advisory_lock({SCHEMA_LOCK})")
+            await db.execute(POSTGRES_SCHEMA)
+            await db.fetch('SELECT "autoCollapse", "defaultOpen", "modes", "command" FROM steps LIMIT 0')
+        finally:
+            await db.close()
+
+    failure: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _catch(lambda: asyncio.run(create()), failure))
+    worker.start()
+    worker.join()
+    if failure:
+        exc = failure[0]
+        raise ChatDbError(
+            f"ERNIE_CHAT_DB={without_password(url)}: PostgreSQL cannot be used "
+            f"({type(exc).__name__}: {exc}). Check that the server runs and that the host, "
+            "port, database, user and password in the URL are right.") from exc
+
+
+def _catch(call, failures: list) -> None:
+    try:
+        call()
+    except Exception as exc:  # reported in the caller's thread, as ChatDbError
+        failures.append(exc)
+
+
+def plain_postgres_url(url: str) -> str:
+    """What asyncpg connects to: the URL without SQLAlchemy's driver suffix."""
+    return "postgresql://" + url.partition("://")[2]
+
+
+def prepare_sqlite(path: Path) -> None:
     """Create the tables if needed; refuse a file that is not a usable SQLite database."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sqlite3.connect(path) as db:
+            # Several workers may write at once: with a write-ahead log readers never wait.
+            db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
             db.execute("SELECT count(*) FROM steps").fetchone()
     except sqlite3.DatabaseError as exc:
@@ -64,8 +173,11 @@ def prepare_db(path: Path) -> None:
         ) from exc
 
 
-def data_layer_url(path: Path) -> str:
-    return f"sqlite+aiosqlite:///{path.resolve()}"
+def data_layer_url(target) -> str:
+    """The SQLAlchemy URL of Chainlit's data layer for ERNIE_CHAT_DB."""
+    if is_postgres(str(target)):
+        return "postgresql+asyncpg://" + str(target).partition("://")[2]
+    return f"sqlite+aiosqlite:///{Path(target).resolve()}"
 
 
 def check_password(users: dict[str, str], username: str, password: str) -> Optional[str]:

@@ -74,6 +74,9 @@ def cmd_settings(args: argparse.Namespace) -> int:
         return 0
     settings = load_settings()
     shown = settings.model_dump(mode="json")  # SecretStr fields dump as "**********"
+    if settings.chat_db:
+        from server.chat_db import without_password
+        shown["chat_db"] = without_password(settings.chat_db)
     print(json.dumps(shown, indent=2, ensure_ascii=False))
     device = resolve_device(settings)
     command = engine_command(settings, settings.model, device, "python")
@@ -107,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-num-seqs", type=int)
     plan.add_argument("--max-num-batched-tokens", type=int)
     plan.add_argument("--enforce-eager", action="store_true")
+    plan.add_argument("--engine-copies", type=int, help="copies of the engine on the device, each "
+                      "with its share of the memory (default ERNIE_ENGINE_COPIES)")
     plan.add_argument("--concurrency", type=int,
                       help="reverse questions: utilization (or KV GiB) needed for N requests of "
                            "max-model-len, and the longest max-model-len for N requests")

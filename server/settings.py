@@ -114,6 +114,31 @@ class Settings(BaseSettings):
         5, ge=0, description="Engine restarts after crashes before the supervisor gives up."
     )
 
+    # --- scale: processes of each tier ------------------------------------
+    api_servers: Optional[int] = Field(
+        None, ge=1, le=64,
+        description="vLLM API server processes per engine copy (--api-server-count). Unset: "
+        "chosen from the machine (1 on a CPU machine; on a GPU machine a quarter of the cores, "
+        "at most 4). One API server process is the limit of a small model on a big GPU.",
+    )
+    engine_copies: int = Field(
+        1, ge=1, le=16,
+        description="Copies of the engine on each GPU, each with its share of the memory, behind "
+        "one balancer (HAProxy). One engine core process cannot keep a big GPU busy with a model "
+        "this small; `ernie-chat plan` shows each copy's KV pool.",
+    )
+    app_workers: Optional[int] = Field(
+        None, ge=1, le=64,
+        description="Chainlit worker processes behind one balancer (HAProxy). Unset: chosen from "
+        "the machine (1 on a CPU machine; on a GPU machine a quarter of the cores, at most 8). "
+        "One worker streams about 10k tokens/s.",
+    )
+    warmup: bool = Field(
+        True, description="Before the chat URL is printed, send the engine requests like the "
+        "app's (streaming, its sampling settings, /tokenize), so the first users do not pay for "
+        "run-time compilation.",
+    )
+
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
     app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
@@ -123,10 +148,11 @@ class Settings(BaseSettings):
     temperature: float = Field(0.7, ge=0, le=2, description="Default sampling temperature.")
     top_p: float = Field(0.9, gt=0, le=1, description="Default nucleus sampling top_p.")
     max_tokens: int = Field(512, ge=1, description="Default longest reply, in tokens.")
-    chat_db: Optional[Path] = Field(
+    chat_db: Optional[str] = Field(
         None,
-        description="SQLite file for saved chats. Turns on login and the chat history sidebar; "
-        "needs ERNIE_USERS.",
+        description="Saved chats: a SQLite file (data/chats.db), or a PostgreSQL URL "
+        "(postgresql://user:password@host:5432/chats) that several app workers or machines "
+        "share. Turns on login and the chat history sidebar; needs ERNIE_USERS.",
     )
     users: Optional[SecretStr] = Field(
         None, description="Who may log in: user:password pairs, comma-separated (alice:pw1,bob:pw2)."
@@ -170,6 +196,17 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
         return value.rstrip("/").removesuffix("/v1")
+
+    @field_validator("chat_db", mode="before")
+    @classmethod
+    def _chat_db_is_a_path_or_postgres(cls, value):
+        if value in (None, ""):
+            return None
+        text = str(value)
+        if "://" in text and not text.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
+            raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
+                             "(postgresql://user:password@host:5432/dbname)")
+        return text
 
     @field_validator("users")
     @classmethod
@@ -239,7 +276,8 @@ class Settings(BaseSettings):
         return env
 
 
-SECRET_FIELDS = {"api_key", "users"}
+# chat_db: a PostgreSQL URL carries a password.
+SECRET_FIELDS = {"api_key", "users", "chat_db"}
 
 
 def auth_headers(api_key: Optional[str]) -> dict:

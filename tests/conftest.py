@@ -1,7 +1,7 @@
 """Shared fixtures: ONE real vLLM (CPU build, demo model) per test session, and the app.
 
-The engine is started by the supervisor's own code (``Stack.prepare_engine`` /
-``start_engine``), so these tests also cover the environment setup, the demo
+The engine is started by the supervisor's own code (``Stack.start_engine``), so
+these tests also cover the environment setup, the demo
 model build and the readiness wait that ``./scripts/up`` uses.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.paths import ROOT  # noqa: E402  (one definition of the root)
 from server.settings import load_settings
 from server.stack import provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 
-ROOT = Path(__file__).resolve().parent.parent
 # Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo
 # model decodes ~400 tokens/s here), small enough for the fitting tests to reach.
 TEST_MAX_MODEL_LEN = 4096
@@ -69,7 +69,6 @@ def engine(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("engine")
     settings = engine_settings(tmp)
     stack = Stack(settings, root=ROOT)
-    stack.engine = stack.prepare_engine()
     try:
         stack.start_engine()
         yield settings, stack
@@ -81,7 +80,6 @@ def start_app(tmp: Path, **overrides):
     """A Chainlit app started by the supervisor's code; yields its settings."""
     settings = engine_settings(tmp, **overrides)
     stack = Stack(settings, root=ROOT)
-    stack.app = stack.prepare_app()
     try:
         stack.start_app()
         yield settings

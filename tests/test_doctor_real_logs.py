@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.paths import ROOT
 from server.stack import doctor
-from server.stack.engine_args import API_SERVER_MODULE
+from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import ManagedProcess, free_port
 from server.stack.vllm_log import read_tail
 
@@ -30,8 +31,8 @@ def run_until_exit(engine_python: Path, args: list[str], log: Path, timeout_s: f
                    poke_port: int = 0) -> list[str]:
     """Run vLLM until it fails; with ``poke_port``, send it a request once it serves
     (a failure that only the first forward pass reveals)."""
-    proc = ManagedProcess("engine", [str(engine_python), "-m", API_SERVER_MODULE, *args], log,
-                          marker=doctor.START_MARKER)
+    proc = ManagedProcess("engine", [str(engine_python), "-m", SERVE_MODULE, *args], log,
+                          marker=doctor.START_MARKER, cwd=ROOT)
     proc.start()
     deadline = time.monotonic() + timeout_s
     try:

@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from server.settings import load_settings
-from server.stack.engine_args import API_SERVER_MODULE, GIB, engine_command
+from server.stack.engine_args import GIB, SERVE_MODULE, EngineCopy, engine_command
 
 PYTHON = "/opt/engine/bin/python"
 MODEL = "baidu/ERNIE-4.5-0.3B-PT"
@@ -35,16 +35,34 @@ def value_of(argv: list[str], flag: str) -> str:
 # --- common part ---------------------------------------------------------------
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_runs_the_openai_server_module_of_the_engine_python(device):
+def test_runs_vllm_serve_in_the_engine_python_with_the_model_first(device):
     argv = command(device, served_model_name="ernie", engine_host="0.0.0.0", engine_port=8123,
                    max_model_len=4096, dtype="bfloat16").argv
-    assert argv[:3] == [PYTHON, "-m", API_SERVER_MODULE]
-    assert value_of(argv, "--model") == MODEL
+    # serve, not vllm.entrypoints.openai.api_server: only serve runs several API servers.
+    assert argv[:4] == [PYTHON, "-m", SERVE_MODULE, MODEL]
     assert value_of(argv, "--served-model-name") == "ernie"
     assert value_of(argv, "--host") == "0.0.0.0"
     assert value_of(argv, "--port") == "8123"
     assert value_of(argv, "--max-model-len") == "4096"
     assert value_of(argv, "--dtype") == "bfloat16"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_one_api_server_is_vllms_default_and_more_are_asked_for(device):
+    settings = load_settings()
+    one = engine_command(settings, MODEL, device, PYTHON, EngineCopy.only(settings, 1)).argv
+    assert "--api-server-count" not in one
+    four = engine_command(settings, MODEL, device, PYTHON, EngineCopy.only(settings, 4)).argv
+    assert value_of(four, "--api-server-count") == "4"
+
+
+def test_a_copy_listens_where_its_slot_says_with_its_share_of_the_gpu():
+    settings = load_settings(engine_host="0.0.0.0", engine_port=8000, gpu_memory_utilization=0.9)
+    argv = engine_command(settings, MODEL, "cuda", PYTHON,
+                          EngineCopy("127.0.0.1", 41001, api_servers=2, index=1, copies=3)).argv
+    assert (value_of(argv, "--host"), value_of(argv, "--port")) == ("127.0.0.1", "41001")
+    assert value_of(argv, "--gpu-memory-utilization") == "0.3"   # 0.9 for the three together
+    assert value_of(argv, "--api-server-count") == "2"
 
 
 # --- cpu -------------------------------------------------------------------------

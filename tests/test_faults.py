@@ -12,78 +12,22 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import httpx
 import pytest
 
 from server.engine_state import read_state
 from server.loadtest.chat_socket import ChatSession, SessionRecord
-from server.settings import Settings
-from server.stack.processes import free_port, port_free
-from tests.conftest import ROOT
-from tests.test_supervisor import alive, descendants
+from server.stack.engine_args import SERVE_MODULE
+from server.stack.processes import port_free
+from tests.stack_process import Up, alive, descendants
 
 pytestmark = pytest.mark.engine
 
 REQUEST_TIMEOUT_S = 3
 REPLY_TOKENS = 3000
-
-
-class Up:
-    """`ernie-chat up` in a subprocess, its output collected by a reader thread."""
-
-    def __init__(self, tmp: Path, **env: str):
-        self.engine_port, self.app_port = free_port(), free_port()
-        self.settings = Settings(_env_file=None, log_file=tmp / "llm.log")  # where its state file is
-        self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
-                    "ERNIE_APP_PORT": str(self.app_port), "ERNIE_LOG_FILE": str(tmp / "llm.log"),
-                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def wait_for(self, pattern: str, timeout_s: float = 600, after: int = 0) -> int:
-        """Index of the first output line after ``after`` matching ``pattern``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for i in range(after, len(self.lines)):
-                if re.search(pattern, self.lines[i]):
-                    return i
-            assert self.proc.poll() is None or len(self.lines) > after, self.output()
-            time.sleep(0.2)
-        raise AssertionError(f"no line matching {pattern!r}:\n{self.output()}")
-
-    def output(self) -> str:
-        return "\n".join(self.lines[-40:])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.app_port}"
-
-    def pid_of(self, needle: str) -> int:
-        for pid in descendants(self.proc.pid):
-            try:
-                if needle in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    return pid
-            except OSError:
-                continue
-        raise AssertionError(f"no process running {needle!r} under the supervisor")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +136,7 @@ def test_engine_killed_mid_reply_is_explained_restarted_and_history_kept(stack):
 
         mark = len(stack.lines)
         record, seen = await fault_mid_reply(
-            chat, lambda: os.kill(stack.pid_of("vllm.entrypoints.openai.api_server"), signal.SIGKILL))
+            chat, lambda: os.kill(stack.pid_of(SERVE_MODULE), signal.SIGKILL))
         # Mid-reply (tokens had arrived) or just before them (the supervisor is restarting).
         assert ("stopped in the middle of this reply" in record.error
                 or "starting or is restarting" in record.error), record.error
@@ -215,7 +159,7 @@ def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
     async def scenario():
         chat = await open_chat(stack.url)
         mark = len(stack.lines)
-        engine = stack.pid_of("vllm.entrypoints.openai.api_server")
+        engine = stack.pid_of(SERVE_MODULE)
         errors = error_times(chat)
         os.killpg(os.getpgid(engine), signal.SIGSTOP)  # frozen: the port accepts, nothing answers
         started = time.time()

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from server.paths import ROOT
 from server.plan import kv_planner as kp
-from server.stack.engine_args import API_SERVER_MODULE
+from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import ManagedProcess, free_port
 from server.stack.vllm_log import parse_kv_report, read_tail
 
@@ -45,10 +46,10 @@ def make_shape(demo_model: Path, target: Path, changes: dict) -> dict:
 
 
 def reported_kv(engine_python: Path, model: Path, gib: float, max_len: int, log: Path):
-    argv = [str(engine_python), "-m", API_SERVER_MODULE, "--model", str(model),
+    argv = [str(engine_python), "-m", SERVE_MODULE, str(model),
             "--load-format", "dummy", "--enforce-eager", "--port", str(free_port()),
             "--max-model-len", str(max_len), "--kv-cache-memory-bytes", str(int(gib * kp.GIB))]
-    proc = ManagedProcess("engine", argv, log)
+    proc = ManagedProcess("engine", argv, log, cwd=ROOT)
     proc.start()
     try:
         deadline = time.monotonic() + 300

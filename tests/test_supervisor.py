@@ -7,42 +7,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from server.stack.processes import free_port, port_free
 from tests.conftest import ROOT
+from tests.stack_process import alive, descendants
 
 pytestmark = pytest.mark.engine
 
 API_KEY_SECRET, PASSWORD_SECRET = "KEY-7f3a9c", "PW-b81e44"
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, found through /proc (children of children too)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except OSError:
-        return False
 
 
 def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):

@@ -34,6 +34,8 @@ class SessionRecord:
     tag: str
     prompt: str
     welcomed: bool = False
+    moved: bool = False            # the app said the chat moved to another worker
+    thread_id: str = ""            # the chat's thread, once the app started one
     open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
     ttft_s: Optional[float] = None
     total_s: Optional[float] = None
@@ -88,13 +90,18 @@ class ChatSession:
         self._in_turn = False
         self._closing = False
 
-    async def open(self, url: str) -> bool:
-        """Connect and wait for the welcome; False (with the reason recorded) if it fails."""
+    async def open(self, url: str, headers: Optional[dict] = None, thread_id: str = "") -> bool:
+        """Connect and wait for the welcome; False (with the reason recorded) if it fails.
+
+        ``headers`` carries cookies (a login, the balancer's worker pin); ``thread_id``
+        reconnects to an existing chat, as a browser does after losing its connection.
+        """
         started = time.perf_counter()
         try:
             await self.sio.connect(
                 url, socketio_path=SOCKET_PATH, transports=["websocket"], wait_timeout=CONNECT_TIMEOUT_S,
-                auth={"sessionId": str(uuid.uuid4()), "clientType": "webapp", "threadId": "",
+                headers=headers or {},
+                auth={"sessionId": str(uuid.uuid4()), "clientType": "webapp", "threadId": thread_id,
                       "userEnv": "{}", "chatProfile": ""})
             await self.sio.emit("connection_successful")
         except self._socket_errors as exc:
@@ -102,7 +109,7 @@ class ChatSession:
             return False
         await self.opened.wait()
         self.record.open_s = time.perf_counter() - started
-        return self.record.welcomed and not self.record.error
+        return (self.record.welcomed or self.record.moved) and not self.record.error
 
     async def ask(self) -> None:
         self.sent_at = time.perf_counter()
@@ -146,7 +153,9 @@ class ChatSession:
             if isinstance(value, str):
                 record.tags_seen.update(TAG.findall(value))
         kind = (data.get("metadata") or {}).get("kind")
-        if event == "task_start" and self.sent_at is not None:
+        if event == "first_interaction":
+            record.thread_id = data.get("thread_id") or record.thread_id
+        elif event == "task_start" and self.sent_at is not None:
             self._in_turn = True
         elif event == "task_end":
             if self._in_turn:
@@ -162,6 +171,9 @@ class ChatSession:
         elif event in ("new_message", "update_message"):
             if kind == "welcome":
                 record.welcomed = True
+            elif kind == "moved":  # a chat resumed on another worker: it opens with this notice
+                record.moved = True
+                self.opened.set()
             elif kind == "error":
                 record.error = "the app showed an error: " + (data.get("output") or "")[:200]
             elif kind == "reply" and record.reply_id in (None, data["id"]):

@@ -52,7 +52,8 @@ from server.stack import doctor, provision
 from server.stack.engine_args import engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess, free_port
-from server.stack.supervisor import Shutdown, probe_engine, raise_shutdown, wait_until
+from server.stack.readiness import probe_engine, wait_until
+from server.stack.supervisor import Shutdown, raise_shutdown
 from server.stack.vllm_log import START_MARKER, parse_kv_report, read_tail
 
 # --- running the sweep ---------------------------------------------------------------------

@@ -27,6 +27,19 @@ class Problem:
         return self.message
 
 
+def per_copy_settings(settings: Settings, copies: int) -> Settings:
+    """What one of ``copies`` engine copies on a GPU gets: its share of the utilization.
+
+    ERNIE_GPU_MEMORY_UTILIZATION is for the whole engine tier on the GPU, so that
+    adding copies never asks for more memory than one copy would; each copy then
+    pays the weights, activations and CUDA graphs again out of its share.
+    """
+    if copies == 1:
+        return settings
+    share = round(settings.gpu_memory_utilization / copies, 4)
+    return settings.model_copy(update={"gpu_memory_utilization": share})
+
+
 def kv_pool_bytes(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> tuple[int, Optional[kp.GpuOverhead]]:
     """The KV pool these settings give on this device, and the GPU overhead assumed."""
     if settings.kv_cache_gib is not None or memory.kind == "cpu":

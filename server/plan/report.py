@@ -42,7 +42,9 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": args.enforce_eager or None,
     }.items() if v is not None}
-    settings = settings.model_copy(update=overrides)
+    copies = args.engine_copies or settings.engine_copies
+    # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
+    settings = preflight.per_copy_settings(settings.model_copy(update=overrides), copies)
     shape, source = load_shape(args.model or settings.model)
     memory = device_memory(args, settings)
     plan = preflight.plan_for(settings, shape, memory)
@@ -67,6 +69,11 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
             shape, memory.kind, kv_cache_dtype=settings.kv_cache_dtype,
             total_bytes=memory.total_bytes, overhead=plan.overhead or kp.gpu_overhead(shape))],
     }
+    result["engine_copies"] = copies
+    if copies > 1:
+        result["all_copies"] = {"kv_pool_bytes": copies * plan.kv_pool_bytes,
+                                "kv_pool_tokens": copies * plan.kv_pool_tokens,
+                                "max_concurrency": copies * plan.max_concurrency}
     if args.concurrency:
         result["reverse"] = reverse(args, settings, shape, memory, plan)
     return result
@@ -101,6 +108,13 @@ def render(r: dict) -> str:
         f"Device       {r['device']['kind']}: {r['device']['name']}, {gib(r['device']['total_bytes'])} "
         f"total, {gib(r['device']['free_bytes'])} free",
     ]
+    if r.get("all_copies"):
+        a = r["all_copies"]
+        lines.append(
+            f"Copies       {r['engine_copies']} engine copies on this device; the figures below are "
+            f"one copy's (utilization {r['gpu_memory_utilization']} each, or the KV pool given); "
+            f"in all: KV pool {gib(a['kv_pool_bytes'])} = {a['kv_pool_tokens']:,} tokens, "
+            f"{a['max_concurrency']:.1f} requests of max-model-len at once")
     if r.get("overhead"):
         o = r["overhead"]
         lines.append(

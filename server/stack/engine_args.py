@@ -2,6 +2,12 @@
 
 Kept apart from the supervisor so the mapping can be read and tested on its
 own, like vLLM's ``engine/arg_utils.py`` maps its CLI onto its config.
+
+The engine runs vLLM's ``serve`` command (through ``server.stack.vllm_serve``,
+which works for the CPU build too): only ``serve`` runs several API server
+processes.  With several engine copies on one machine, each copy is one
+``serve`` on a loopback port of its own with its share of the GPU, and the
+balancer listens where the engine would (``server.stack.topology``).
 """
 
 from __future__ import annotations
@@ -9,11 +15,29 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
+from server.plan.preflight import per_copy_settings
 from server.settings import Settings
 
 GIB = 1024**3
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SERVE_MODULE = "server.stack.vllm_serve"
+
+
+@dataclass(frozen=True)
+class EngineCopy:
+    """One engine copy: where it listens, its share of the device, its API servers."""
+
+    host: str
+    port: int
+    api_servers: int = 1
+    index: int = 0
+    copies: int = 1   # on this GPU: each takes 1/copies of ERNIE_GPU_MEMORY_UTILIZATION
+
+    @classmethod
+    def only(cls, settings: Settings, api_servers: int = 1) -> "EngineCopy":
+        """The single engine of a machine without copies, where the settings say."""
+        return cls(settings.engine_host, settings.engine_port, api_servers)
 
 
 @dataclass(frozen=True)
@@ -26,17 +50,21 @@ class EngineCommand:
         return shlex.join(self.argv)
 
 
-def engine_command(settings: Settings, model: str, device: str, python: Path | str) -> EngineCommand:
-    """Build the vLLM OpenAI server command for ``model`` on ``device`` ('cuda' or 'cpu')."""
+def engine_command(settings: Settings, model: str, device: str, python: Path | str,
+                   copy: Optional[EngineCopy] = None) -> EngineCommand:
+    """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu')."""
+    copy = copy or EngineCopy.only(settings)
+    settings = per_copy_settings(settings, copy.copies)
     argv = [
-        str(python), "-m", API_SERVER_MODULE,
-        "--model", model,
+        str(python), "-m", SERVE_MODULE, model,
         "--served-model-name", settings.served_model_name,
-        "--host", settings.engine_host,
-        "--port", str(settings.engine_port),
+        "--host", copy.host,
+        "--port", str(copy.port),
         "--max-model-len", str(settings.max_model_len),
         "--dtype", settings.dtype,
     ]
+    if copy.api_servers > 1:
+        argv += ["--api-server-count", str(copy.api_servers)]
     env: dict[str, str] = {}
     if device == "cuda":
         argv += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]

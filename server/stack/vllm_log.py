@@ -17,6 +17,8 @@ _KV_TOKENS = re.compile(r"(GPU|CPU|XPU|TPU)[\w +]* KV cache size: ([\d,]+) token
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _EXPLICIT_KV = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")  # CPU
 _RESERVED_KV = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache")  # GPU, --kv-cache-memory-bytes
+_API_SERVERS = re.compile(r"Started (\d+) API server processes")
+_ONE_API_SERVER = "(APIServer pid="  # the log prefix of the only API server, when it runs alone
 # The supervisor writes this line into the log before every engine start.
 START_MARKER = "=== ernie-chat: starting engine"
 
@@ -54,6 +56,24 @@ def parse_kv_report(lines: Iterable[str]) -> KVReport:
             report.max_model_len = _int(match.group(1))
             report.max_concurrency = float(match.group(2))
     return report
+
+
+def api_server_count(lines: Iterable[str]) -> Optional[int]:
+    """How many API server processes the last start of vLLM's ``serve`` really ran.
+
+    ``serve`` logs "Started N API server processes" when it runs several; a lone
+    API server runs in serve's own process and prefixes its lines "(APIServer pid=".
+    None when the log says neither (an older vLLM, or a start that did not get there).
+    """
+    count: Optional[int] = None
+    for line in lines:
+        if START_MARKER in line:
+            count = None
+        elif match := _API_SERVERS.search(line):
+            count = int(match.group(1))
+        elif count is None and _ONE_API_SERVER in line:
+            count = 1
+    return count
 
 
 def read_tail(path: Path, max_bytes: int = 2_000_000) -> list[str]:

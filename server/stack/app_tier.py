@@ -1,0 +1,108 @@
+"""The app tier: one or more Chainlit workers, each a child of the supervisor.
+
+Every worker runs the same ``app/chat.py`` with the supervisor's validated
+settings and the URL of the engine tier (one engine, or the balancer in front of
+the copies).  A chat lives in the memory of its worker, so the balancer pins each
+browser to one worker (``server.stack.balancer``).  Workers share what must
+outlive them: the saved chats (ERNIE_CHAT_DB: SQLite for one machine, PostgreSQL
+for many workers or machines), the usage log, and the secret that signs logins.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Callable
+
+from server.progress import StatusLine
+from server.settings import Settings
+from server.stack.engine_tier import StartupFailed
+from server.stack.processes import ManagedProcess
+from server.stack.readiness import http_ok, wait_until
+from server.stack.vllm_log import read_tail
+
+APP_START_TIMEOUT_S = 120
+# uvicorn compresses every websocket frame by default (permessage-deflate): for a
+# stream of small token frames that is CPU for nothing on loopback and LAN.
+APP_ENV = {"UVICORN_WS_PER_MESSAGE_DEFLATE": "false"}
+
+
+def read_or_create_secret(path: Path) -> str:
+    """A random secret kept in ``path`` (mode 0600): made once, never printed or logged."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def auth_secret(path: Path) -> str:
+    """Chainlit signs login tokens with this: made once per install, never in git or logs.
+
+    Every worker must have the same one, or a login made on one worker would not
+    be valid on the next.
+    """
+    return os.environ.get("CHAINLIT_AUTH_SECRET") or read_or_create_secret(path)
+
+
+def worker_log_path(main_log: Path, index: int) -> Path:
+    return main_log.with_name("app.log" if index == 0 else f"app-worker{index}.log")
+
+
+class Worker:
+    def __init__(self, index: int, port: int, proc: ManagedProcess, host: str):
+        self.index, self.port, self.proc, self.host = index, port, proc, host
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"app {self.index}" if self.index else "app"
+
+
+class AppTier:
+    def __init__(self, settings: Settings, host: str, ports: tuple[int, ...], engine_url: str,
+                 root: Path, log_path: Path, out: Callable[[str], None] = print):
+        self.settings, self.root, self.out = settings, root, out
+        env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": engine_url,
+               "CHAINLIT_APP_ROOT": str(root), "ERNIE_WORKERS_TOTAL": str(len(ports))}
+        if settings.chat_db is not None:
+            env["CHAINLIT_AUTH_SECRET"] = auth_secret(root / ".cache" / "chainlit-auth-secret")
+        self.workers = []
+        for index, port in enumerate(ports):
+            argv = [sys.executable, "-m", "chainlit", "run", str(root / "app" / "chat.py"),
+                    "--headless", "--host", host, "--port", str(port)]
+            proc = ManagedProcess("app", argv, worker_log_path(log_path, index),
+                                  env={**env, "ERNIE_WORKER_INDEX": str(index)}, cwd=root)
+            self.workers.append(Worker(index, port, proc, host))
+
+    def start_all(self) -> None:
+        for worker in self.workers:
+            worker.proc.start()
+        for worker in self.workers:
+            self.wait(worker)
+
+    def start(self, worker: Worker) -> None:
+        worker.proc.start()
+        self.wait(worker)
+
+    def wait(self, worker: Worker) -> None:
+        status = StatusLine(worker.label)
+        ok = wait_until(lambda: http_ok(worker.url), lambda: not worker.proc.alive(),
+                        APP_START_TIMEOUT_S, status, lambda: "starting Chainlit")
+        if not ok:
+            status.done("Chainlit did not start")
+            tail = "\n".join("    " + line for line in read_tail(worker.proc.log_path)[-10:])
+            raise StartupFailed(f"The Chainlit app did not start; last lines of "
+                                f"{worker.proc.log_path}:\n{tail}")
+        status.done(f"Chainlit ready at {worker.url}")
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.proc.pid is not None:
+                worker.proc.stop()

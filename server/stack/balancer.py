@@ -1,0 +1,137 @@
+"""HAProxy in front of several app workers and several engine copies.
+
+One process of one mature balancer serves both tiers, because both need the same
+things: active health checks (a dead worker or engine copy is out of rotation
+within seconds, and back when it answers again), ``leastconn`` (requests here
+are long streams, so the count of open ones is the load), websocket upgrades,
+and hour-long idle timeouts for streams that pause.  HAProxy is a Debian package
+and runs in the foreground as one more child of the supervisor.
+
+Chat sessions live in the memory of the worker that opened them (Chainlit's
+``cl.user_session``), and not only the websocket needs its worker: action
+buttons, file uploads and reconnects are HTTP requests that look the session up
+there.  So the chat frontend pins a browser to its worker with a cookie that
+HAProxy inserts into the first answer; when that worker is down, ``redispatch``
+sends the browser to a live one, where the chat says it was moved.
+
+The engine frontend has no stickiness: any copy can serve any request, since
+the chat sends the whole history every time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from server import sticky
+from server.errors import ErnieChatError
+
+# Streams pause while a model thinks or a user reads; an idle stream is not a dead one.
+STREAM_TIMEOUT = "1h"
+# Down after two failed checks 1 s apart: a dead worker or copy leaves rotation in ~2 s.
+CHECK = "check inter 1s fall 2 rise 1"
+
+
+class BalancerMissing(ErnieChatError):
+    """HAProxy is needed (several workers or engine copies) and is not installed."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """One listening address and the servers behind it."""
+
+    name: str                  # "chat" or "engine": also names the backend
+    bind_host: str
+    bind_port: int
+    servers: tuple[Backend, ...]
+    health_path: str           # GET that answers 200 when a server can take requests
+    sticky: bool = False       # pin a browser to its server with a cookie
+
+
+@dataclass(frozen=True)
+class BalancerConfig:
+    frontends: tuple[Frontend, ...] = field(default_factory=tuple)
+    max_connections: int = 20000
+
+
+def max_connections(open_files_limit: int, wanted: int = 20000) -> int:
+    """HAProxy needs two file descriptors per proxied connection and refuses to start
+    when the process may not open that many (seen here: a limit of 20,000)."""
+    return max(100, min(wanted, (open_files_limit - 200) // 2))
+
+
+def open_files_limit() -> int:
+    import resource
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def render_haproxy(config: BalancerConfig) -> str:
+    """The haproxy.cfg text for ``config`` (pure: tested without HAProxy)."""
+    lines = [
+        "# Written by ernie-chat's supervisor at every start; edits are overwritten.",
+        "global",
+        f"    maxconn {config.max_connections}",
+        "    log stderr format raw local0 warning",
+        "",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option dontlog-normal",   # errors only: a log line per request costs at a crowd's rate
+        "    option redispatch",       # a request for a dead server goes to a live one
+        "    retries 2",
+        "    timeout connect 5s",
+        f"    timeout client {STREAM_TIMEOUT}",
+        f"    timeout server {STREAM_TIMEOUT}",
+        f"    timeout tunnel {STREAM_TIMEOUT}",  # websockets, once upgraded
+        "    timeout check 2s",
+    ]
+    for front in config.frontends:
+        lines += ["", f"frontend {front.name}", f"    bind {bind_address(front.bind_host, front.bind_port)}",
+                  f"    default_backend {front.name}_servers",
+                  "", f"backend {front.name}_servers", "    balance leastconn",
+                  f"    option httpchk GET {front.health_path}"]
+        if front.sticky:
+            lines.append(f"    cookie {sticky.COOKIE} insert indirect nocache httponly")
+        for i, server in enumerate(front.servers):
+            cookie = f" cookie {sticky.cookie_value(i)}" if front.sticky else ""
+            lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
+    return "\n".join(lines) + "\n"
+
+
+def haproxy_path() -> str:
+    """The HAProxy binary, or a message that says how to install it."""
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+    if not found:
+        raise BalancerMissing(
+            "Several app workers or engine copies need HAProxy as their balancer, and it is not "
+            "installed. Install it (Debian/Ubuntu: sudo apt-get install haproxy; Fedora: sudo dnf "
+            "install haproxy; macOS: brew install haproxy), or set ERNIE_APP_WORKERS=1 and "
+            "ERNIE_ENGINE_COPIES=1 to run without one.")
+    return found
+
+
+def write_config(config: BalancerConfig, path: Path, haproxy: str) -> Path:
+    """Write the config and have HAProxy check it, so a mistake fails here with its reason."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_haproxy(config), encoding="utf-8")
+    check = subprocess.run([haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise ErnieChatError(f"HAProxy refused its configuration {path}:\n{check.stdout}{check.stderr}")
+    return path
+
+
+def haproxy_argv(haproxy: str, config_path: Path) -> list[str]:
+    # -db: stay in the foreground, so the supervisor owns it like any other child.
+    return [haproxy, "-db", "-f", str(config_path)]

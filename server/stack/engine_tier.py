@@ -1,0 +1,241 @@
+"""The engine tier: one or more copies of vLLM's ``serve``, each a child of the supervisor.
+
+Everything the stack does to an engine happens here: build its environment and
+the model, refuse settings that cannot work (pre-flight), start each copy and
+wait until it really serves, check in its log that what was asked for took
+effect (the KV pool, the number of API servers), notice a hung copy, and explain
+a failure from the log.
+
+Copies share one GPU by memory share, and vLLM's memory profiling counts what
+another process allocates meanwhile as its own: on a GPU the copies start one
+after another (vllm-project/vllm#9198).  On a CPU each copy's KV pool is sized
+explicitly, so they start together.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from server.engine_state import write_state
+from server.errors import ErnieChatError
+from server.plan import kv_planner as kp
+from server.plan import preflight
+from server.plan.device import read_memory
+from server.plan.model_config import load_shape
+from server.progress import StatusLine
+from server.settings import Settings
+from server.stack import doctor, provision
+from server.stack.engine_args import EngineCopy, engine_command
+from server.stack.model_source import choose_model
+from server.stack.processes import ManagedProcess
+from server.stack.readiness import http_ok, last_log_line, probe_engine, wait_until
+from server.stack.vllm_log import api_server_count, parse_kv_report, read_tail
+
+# A live engine that fails every /health probe this long is hung (e.g. SIGSTOP, a
+# deadlocked GPU): probing every 5 s with a 3 s timeout.
+HEALTH_EVERY_S, HEALTH_TIMEOUT_S, HUNG_AFTER_S = 5.0, 3.0, 15.0
+# On CPU, vLLM's engine pins a core and its API server streams on the other: a
+# lower priority keeps the chat and the browser responsive on a small machine.
+CPU_ENGINE_NICE = 10
+
+
+class StartupFailed(ErnieChatError, RuntimeError):
+    """The stack could not start; the message carries the diagnosis."""
+
+
+@dataclass
+class EngineInfo:
+    model: str
+    is_demo: bool
+    max_model_len: int
+
+
+class EngineProcess:
+    """One copy: its process, its log, its URL, and whether it answers /health."""
+
+    def __init__(self, copy: EngineCopy, proc: ManagedProcess, api_key: Optional[str]):
+        self.copy, self.proc, self.api_key = copy, proc, api_key
+        self._last_probe = 0.0
+        self._unhealthy_since: Optional[float] = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.copy.host in ("0.0.0.0", "::", "") else self.copy.host
+        return f"http://{host}:{self.copy.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.proc.log_path
+
+    @property
+    def label(self) -> str:
+        return "engine" if self.copy.copies == 1 else f"engine {self.copy.index}"
+
+    def hung(self) -> bool:
+        """True once a running copy has failed every /health probe for HUNG_AFTER_S."""
+        if not self.proc.alive():
+            return False
+        now = time.monotonic()
+        if now - self._last_probe < HEALTH_EVERY_S:
+            return False
+        self._last_probe = now
+        if http_ok(f"{self.url}/health", HEALTH_TIMEOUT_S):
+            self._unhealthy_since = None
+            return False
+        self._unhealthy_since = self._unhealthy_since or now
+        return now - self._unhealthy_since >= HUNG_AFTER_S
+
+    def mark_started(self) -> None:
+        self._unhealthy_since = None
+
+
+def copy_log_path(main_log: Path, copy: EngineCopy) -> Path:
+    """llm.log for the first copy (what `doctor` reads by default), llm-copy1.log ... after."""
+    return main_log if copy.index == 0 else main_log.with_name(
+        f"{main_log.stem}-copy{copy.index}{main_log.suffix}")
+
+
+class EngineTier:
+    """The copies of one ``up``, prepared once and (re)started one by one."""
+
+    def __init__(self, settings: Settings, copies: tuple[EngineCopy, ...], device: str,
+                 root: Path, log_path: Path, out: Callable[[str], None] = print):
+        self.settings, self.copies, self.device = settings, copies, device
+        self.root, self.log_path, self.out = root, log_path, out
+        self.engines: list[EngineProcess] = []
+        self.info: Optional[EngineInfo] = None
+        self.plan: Optional[kp.Plan] = None
+        self.model_path = ""
+        self.is_demo = False
+
+    # --- before anything starts -------------------------------------------
+    def prepare(self) -> None:
+        s = self.settings
+        python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
+        choice = choose_model(s, root=self.root)
+        self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
+        if choice.is_demo:
+            provision.ensure_demo_model(Path(choice.path), python, self.root)
+        self.model_path, self.is_demo = choice.path, choice.is_demo
+        self.plan = self.preflight()
+        for copy in self.copies:
+            command = engine_command(s, choice.path, self.device, python, copy)
+            if copy.index == 0:
+                self.out(f"[engine] {self.device}: {command.printable()}")
+            proc = ManagedProcess("engine", command.argv, copy_log_path(self.log_path, copy),
+                                  env=command.env, cwd=self.root, marker=doctor.START_MARKER,
+                                  nice=CPU_ENGINE_NICE if self.device == "cpu" else 0)
+            self.engines.append(EngineProcess(copy, proc, s.api_key_value))
+
+    def preflight(self) -> Optional[kp.Plan]:
+        """Refuse settings that cannot work; return one copy's KV plan to compare with vLLM's."""
+        try:
+            shape, _ = load_shape(self.model_path)
+            memory = read_memory(self.device)
+        except Exception as exc:  # no config yet (first download) or no NVML: vLLM will tell
+            self.out(f"[plan] pre-flight checks skipped: {exc}")
+            return None
+        per_copy = preflight.per_copy_settings(self.settings, len(self.copies))
+        problems = preflight.check(per_copy, shape, memory)
+        if problems:
+            raise StartupFailed("Pre-flight checks failed:\n" + "\n".join(f"  - {p}" for p in problems))
+        return preflight.plan_for(per_copy, shape, memory)
+
+    # --- starting -----------------------------------------------------------
+    def start_all(self) -> EngineInfo:
+        write_state(self.settings, "starting")
+        if self.device == "cpu":
+            for engine in self.engines:
+                engine.proc.start()
+        for engine in self.engines:
+            self.start(engine, already_started=self.device == "cpu")
+        write_state(self.settings, "ready")
+        return self.info
+
+    def start(self, engine: EngineProcess, already_started: bool = False) -> EngineInfo:
+        """Start one copy (unless it was) and wait until it serves; raise with the diagnosis."""
+        s = self.settings
+        if not already_started:
+            engine.proc.start()
+        status = StatusLine(engine.label)
+        entry = wait_until(
+            lambda: probe_engine(engine.url, s.api_key_value),
+            lambda: not engine.proc.alive(), s.startup_timeout_s, status,
+            lambda: f"starting vLLM (log: {engine.log_path.name}) {last_log_line(engine.log_path)}",
+        )
+        if not entry:
+            reason = (f"exited with code {engine.proc.returncode}" if not engine.proc.alive()
+                      else f"was not ready after {s.startup_timeout_s:.0f} s")
+            status.done(f"vLLM {reason}")
+            write_state(s, "failed", reason=reason)
+            self.stop()
+            raise StartupFailed(self.explain_failure(engine, f"vLLM {reason}."))
+        status.done(f"vLLM ready at {engine.url}")
+        engine.mark_started()
+        self.info = EngineInfo(entry.get("id", s.served_model_name), self.is_demo,
+                               int(entry.get("max_model_len") or s.max_model_len))
+        return self.info
+
+    def restart(self, engine: EngineProcess) -> None:
+        write_state(self.settings, "starting")
+        self.start(engine)
+        write_state(self.settings, "ready")
+
+    # --- what vLLM reports ------------------------------------------------------
+    def report(self) -> None:
+        """The KV pool and API servers vLLM really made, beside what was asked and predicted."""
+        assert self.info is not None
+        first = self.engines[0]
+        lines = read_tail(first.log_path)
+        kv = parse_kv_report(lines)
+        self.out(f"[engine] max-model-len {self.info.max_model_len} tokens")
+        if kv.kv_tokens is not None:
+            memory = f" in {kv.kv_memory_gib:.2f} GiB" if kv.kv_memory_gib else ""
+            each = " per copy" if len(self.engines) > 1 else ""
+            self.out(f"[engine] KV cache: {kv.kv_tokens:,} tokens{memory}{each}, "
+                     f"{kv.max_concurrency:.1f} concurrent requests of max-model-len "
+                     f"(as vLLM reports in {first.log_path.name})")
+            if self.plan is not None:
+                self.out(f"[plan]   KV tokens {preflight.compare(self.plan.reported_kv_tokens, kv.kv_tokens)}; "
+                         f"concurrency predicted {self.plan.max_concurrency:.2f}x / reported "
+                         f"{kv.max_concurrency:.2f}x")
+        for engine in self.engines:
+            self.out(api_servers_line(engine.label, engine.copy.api_servers,
+                                      api_server_count(read_tail(engine.log_path))))
+
+    def explain_failure(self, engine: EngineProcess, headline: str) -> str:
+        lines = read_tail(engine.log_path)
+        diagnosis = doctor.explain(lines, since_last_start=True)
+        if diagnosis:
+            return f"{headline} Diagnosis from {engine.log_path}:\n{diagnosis}"
+        tail = "\n".join("    " + line for line in doctor.last_error_lines(lines))
+        return f"{headline} No known cause found; last lines of {engine.log_path}:\n{tail}"
+
+    def unrecoverable(self, engine: EngineProcess) -> Optional[str]:
+        """A final message when the log shows a failure that a restart cannot fix."""
+        findings = doctor.diagnose(read_tail(engine.log_path), since_last_start=True)
+        fatal = [f for f in findings if f.key in doctor.NOT_FIXED_BY_RESTART]
+        if not fatal:
+            return None
+        return ("The engine cannot start with these settings, so it is not restarted: "
+                + "; ".join(f"{f.title}. Fix: {f.fix}" for f in fatal))
+
+    def stop(self) -> None:
+        for engine in self.engines:
+            if engine.proc.pid is not None:
+                engine.proc.stop()
+
+
+def api_servers_line(label: str, asked: int, seen: Optional[int]) -> str:
+    """Whether vLLM runs the API servers asked for, in words (the count comes from its log)."""
+    if seen is None:
+        return (f"[{label}] {asked} API server(s) asked for; vLLM's log does not say how many "
+                "run (an older vLLM?)")
+    if seen == asked:
+        return f"[{label}] {seen} API server process{'es' if seen > 1 else ''} (as asked, per vLLM's log)"
+    return (f"[{label}] WARNING: {asked} API server(s) asked for, but vLLM's log shows {seen}: "
+            "the setting did not take effect (ERNIE_API_SERVERS; is --api-server-count also in "
+            "ERNIE_EXTRA_ENGINE_ARGS?)")

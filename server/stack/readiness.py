@@ -1,0 +1,58 @@
+"""Waiting for a child until it really serves, and asking it whether it still does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import httpx
+
+from server.progress import StatusLine
+from server.settings import auth_headers
+from server.stack.vllm_log import read_tail
+
+
+def probe_engine(base_url: str, api_key: Optional[str], timeout_s: float = 2.0) -> Optional[dict]:
+    """The first entry of /v1/models once the engine is healthy and serving, else None.
+
+    /health turns 200 a moment before the model is listed, so both are asked.
+    """
+    try:
+        with httpx.Client(timeout=timeout_s) as client:
+            if client.get(f"{base_url}/health").status_code != 200:
+                return None
+            models = client.get(f"{base_url}/v1/models", headers=auth_headers(api_key))
+            if models.status_code != 200:
+                return None
+            data = models.json().get("data") or []
+            return data[0] if data else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until(check: Callable[[], object], is_dead: Callable[[], bool], timeout_s: float,
+               status: StatusLine, detail: Callable[[], str]) -> object:
+    """Poll ``check`` until it returns something truthy, the process dies, or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        if is_dead():
+            return None
+        status.update(detail())
+        time.sleep(1.0)
+    return None
+
+
+def last_log_line(path: Path) -> str:
+    lines = read_tail(path, 20_000)
+    return lines[-1][-120:] if lines else ""

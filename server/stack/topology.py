@@ -1,0 +1,114 @@
+"""How many processes of each tier this machine runs, and where each one listens (pure).
+
+Three numbers decide the shape of the stack, each a setting with a default
+chosen from the machine:
+
+* API servers per engine copy (``--api-server-count``): the HTTP front end of
+  vLLM.  One API server process is the limit of a 0.36 B model on an H200
+  (direct load at 256 chats: 14.8k output tokens/s with one, 39k with four,
+  docs/notes.md), so a GPU machine gets a quarter of its cores, at most 4.  A
+  2-core CPU machine gets 1: its engine already takes a core.
+* Engine copies per GPU: separate ``vllm serve`` processes, each with its share
+  of the GPU's memory, since one engine core process keeps an H200 busy only
+  about a quarter of the time for this model.  vLLM's own data parallelism cannot
+  put two copies on one GPU (it refuses duplicate devices), so copies on one GPU
+  are separate servers behind the balancer.  Default 1.
+* App workers: Chainlit processes.  One streams about 10k tokens/s at one core,
+  so a GPU machine gets a quarter of its cores, at most 8; a CPU machine 1.
+
+With one copy (or one worker) nothing changes from the plain stack: it listens
+where the settings say.  With several, each listens on a loopback port of its
+own and HAProxy listens where the settings say (``server.stack.balancer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from server.settings import Settings
+from server.stack.balancer import Backend, BalancerConfig, Frontend
+from server.stack.engine_args import EngineCopy
+
+LOOPBACK = "127.0.0.1"
+MAX_AUTO_API_SERVERS = 4
+MAX_AUTO_APP_WORKERS = 8
+
+
+def auto_api_servers(device: str, cores: int) -> int:
+    return 1 if device == "cpu" else max(1, min(MAX_AUTO_API_SERVERS, cores // 4))
+
+
+def auto_app_workers(device: str, cores: int) -> int:
+    return 1 if device == "cpu" else max(1, min(MAX_AUTO_APP_WORKERS, cores // 4))
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The processes of one ``up``: engine copies, app workers, and whether a balancer fronts them."""
+
+    device: str
+    api_servers: int
+    copies: tuple[EngineCopy, ...]
+    worker_ports: tuple[int, ...]
+    app_host: str
+    app_port: int
+    engine_host: str
+    engine_port: int
+
+    @property
+    def balanced_engine(self) -> bool:
+        return len(self.copies) > 1
+
+    @property
+    def balanced_app(self) -> bool:
+        return len(self.worker_ports) > 1
+
+    @property
+    def needs_balancer(self) -> bool:
+        return self.balanced_engine or self.balanced_app
+
+    @property
+    def worker_host(self) -> str:
+        return LOOPBACK if self.balanced_app else self.app_host
+
+    def describe(self) -> str:
+        parts = [f"{len(self.copies)} engine cop{'y' if len(self.copies) == 1 else 'ies'} "
+                 f"x {self.api_servers} API server{'s' if self.api_servers > 1 else ''}",
+                 f"{len(self.worker_ports)} app worker{'s' if len(self.worker_ports) > 1 else ''}"]
+        if self.needs_balancer:
+            parts.append("HAProxy in front of " + " and ".join(
+                t for t, on in (("the engine copies", self.balanced_engine),
+                                ("the app workers", self.balanced_app)) if on))
+        return ", ".join(parts)
+
+
+def plan_topology(settings: Settings, device: str, cores: int,
+                  free_port: Callable[[], int]) -> Topology:
+    """The topology the settings ask for on a machine with ``cores`` cores."""
+    api_servers = settings.api_servers or auto_api_servers(device, cores)
+    copies_n = settings.engine_copies
+    if copies_n == 1:
+        copies = (EngineCopy.only(settings, api_servers),)
+    else:
+        copies = tuple(EngineCopy(LOOPBACK, free_port(), api_servers, i, copies_n)
+                       for i in range(copies_n))
+    workers_n = settings.app_workers or auto_app_workers(device, cores)
+    worker_ports = ((settings.app_port,) if workers_n == 1
+                    else tuple(free_port() for _ in range(workers_n)))
+    return Topology(device, api_servers, copies, worker_ports, settings.app_host,
+                    settings.app_port, settings.engine_host, settings.engine_port)
+
+
+def balancer_config(topology: Topology, max_connections: int = 20000) -> Optional[BalancerConfig]:
+    """HAProxy's frontends for the tiers that have several processes; None when none has."""
+    frontends = []
+    if topology.balanced_app:
+        frontends.append(Frontend("chat", topology.app_host, topology.app_port,
+                                  tuple(Backend(LOOPBACK, p) for p in topology.worker_ports),
+                                  health_path="/", sticky=True))
+    if topology.balanced_engine:
+        frontends.append(Frontend("engine", topology.engine_host, topology.engine_port,
+                                  tuple(Backend(c.host, c.port) for c in topology.copies),
+                                  health_path="/health"))
+    return BalancerConfig(tuple(frontends), max_connections) if frontends else None

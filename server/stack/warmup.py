@@ -1,0 +1,76 @@
+"""Warm the engine up with requests like the app's, before the chat URL is printed.
+
+vLLM compiles some kernels only when a request first needs them.  On the H200
+the first chats after a start waited 3.7-5.5 s for their first token while
+vLLM compiled its top-p sampling kernel ("Triton kernel JIT compilation during
+inference: _topk_topp_kernel"): only requests that send top_p hit it, and the
+kernel is specialised by batch size (it runs for 8 or more such requests in one
+step, with separate variants for sizes that are and are not multiples of 16;
+docs/notes.md, "Measured on the H200").  So each engine copy gets what the app will
+send, in bursts of those sizes: streamed chat completions with the app's
+sampling settings, and /tokenize with the chat template, which the app calls
+for every message.  The CPU build has no Triton; there the warm-up is short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Optional
+
+import httpx
+
+from server.settings import Settings, auth_headers
+
+# 1 request, then bursts that land in one scheduler step: a size below 16 and one of 16.
+BURSTS = (1, 9, 16)
+WARMUP_TOKENS = 8
+WARMUP_TIMEOUT_S = 120.0
+
+
+async def one_chat(http: httpx.AsyncClient, url: str, model: str, settings: Settings, n: int) -> None:
+    body = {"model": model, "stream": True, "max_tokens": WARMUP_TOKENS,
+            "temperature": settings.temperature, "top_p": settings.top_p,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "system", "content": settings.system_prompt},
+                         {"role": "user", "content": f"Warm-up {n}: say hello."}]}
+    async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for _ in response.aiter_lines():
+            pass
+
+
+async def warm_copy(url: str, model: str, settings: Settings) -> int:
+    """Every kind of request the app sends, to one copy; returns how many were sent."""
+    async with httpx.AsyncClient(timeout=WARMUP_TIMEOUT_S,
+                                 headers=auth_headers(settings.api_key_value)) as http:
+        tokenize = await http.post(f"{url}/tokenize", json={
+            "model": model, "add_generation_prompt": True,
+            "messages": [{"role": "user", "content": "Warm-up: how many tokens is this?"}]})
+        tokenize.raise_for_status()
+        sent = 1
+        for size in BURSTS:
+            await asyncio.gather(*(one_chat(http, url, model, settings, sent + i) for i in range(size)))
+            sent += size
+    return sent
+
+
+def run(settings: Settings, urls: list[str], info, out: Callable[[str], None] = print) -> Optional[float]:
+    """Warm every copy up at once; print how long it took. A failure is reported, not raised:
+    the engine serves anyway, the first users just wait longer."""
+    started = time.perf_counter()
+    model = info.model if info else settings.served_model_name
+
+    async def all_copies() -> list[int]:
+        return await asyncio.gather(*(warm_copy(url, model, settings) for url in urls))
+    try:
+        counts = asyncio.run(all_copies())
+    except (httpx.HTTPError, OSError) as exc:
+        out(f"[warm-up] skipped after an error ({type(exc).__name__}: {exc}); the first chats "
+            "may wait for run-time compilation")
+        return None
+    took = time.perf_counter() - started
+    out(f"[warm-up] {sum(counts)} requests like the app's (streaming, temperature "
+        f"{settings.temperature:g}, top_p {settings.top_p:g}, /tokenize) to {len(urls)} engine "
+        f"cop{'y' if len(urls) == 1 else 'ies'} in {took:.1f} s")
+    return took

@@ -1,0 +1,69 @@
+"""server/chat_db.py against a real PostgreSQL server (started here) and a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import asyncpg
+import pytest
+
+from server import chat_db
+from server.stack.processes import free_port
+from tests import postgres
+
+
+@pytest.fixture(scope="module")
+def database():
+    yield from postgres.start(free_port())
+
+
+def columns(url: str, table: str) -> set[str]:
+    async def read():
+        db = await asyncpg.connect(chat_db.plain_postgres_url(url))
+        try:
+            rows = await db.fetch("SELECT column_name FROM information_schema.columns "
+                                  "WHERE table_name = $1", table)
+        finally:
+            await db.close()
+        return {r["column_name"] for r in rows}
+    return asyncio.run(read())
+
+
+def test_workers_that_prepare_the_database_at_once_all_succeed(database):
+    failures = []
+
+    def prepare():
+        try:
+            chat_db.prepare_db(database)
+        except chat_db.ChatDbError as exc:
+            failures.append(exc)
+    workers = [threading.Thread(target=prepare) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert failures == []
+    # The columns Chainlit 2.12 writes, which its documented schema lacks.
+    assert {"autoCollapse", "defaultOpen", "modes", "command"} <= columns(database, "steps")
+    chat_db.prepare_db(database)                      # and again: nothing to do, no error
+
+
+def test_a_database_that_does_not_exist_is_named_without_the_password(database):
+    wrong = database.replace("@", ":hunter2@").rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(chat_db.ChatDbError) as info:
+        chat_db.prepare_db(wrong)
+    assert "no_such_db" in str(info.value) and "hunter2" not in str(info.value)
+
+
+def test_the_data_layer_url_uses_asyncpg_or_aiosqlite(tmp_path):
+    assert chat_db.data_layer_url("postgresql://u:p@h:5432/d") == "postgresql+asyncpg://u:p@h:5432/d"
+    assert chat_db.data_layer_url(str(tmp_path / "c.db")) == f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+
+
+def test_a_sqlite_file_takes_readers_while_one_writes(tmp_path):
+    path = tmp_path / "chats.db"
+    chat_db.prepare_db(str(path))
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -1,0 +1,242 @@
+"""The stack at scale, for real and in small numbers: `ernie-chat up` with two engine copies
+of two API servers each, two app workers, HAProxy in front of both tiers, and saved chats on
+a real PostgreSQL server that this module starts itself.
+
+What a crowd needs from it: the processes asked for really run (counted), requests and
+chats spread over the copies and the workers, two workers writing at once lose nothing,
+and a copy or a worker that dies costs only its own chats, which get a clear message and
+carry on, while the supervisor brings the process back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from server import chat_db
+from server.loadtest.chat_socket import ChatSession, SessionRecord
+from server.settings import load_settings
+from server.stack.engine_tier import StartupFailed
+from server.stack.processes import free_port
+from server.stack.supervisor import Stack
+from tests import postgres
+from tests.stack_process import Up, descendants
+
+pytestmark = pytest.mark.engine
+
+USER, PASSWORD = "alice", "wonderland-4711"
+LONG_REPLY = 1500  # tokens: long enough that a fault lands mid-reply on busy cores
+
+
+@pytest.fixture(scope="module")
+def database():
+    yield from postgres.start(free_port())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, database):
+    up = Up(tmp_path_factory.mktemp("scale"), ERNIE_ENGINE_COPIES="2", ERNIE_API_SERVERS="2",
+            ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="4096",
+            ERNIE_CHAT_DB=database, ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_IGNORE_EOS="true",
+            ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20")
+    try:
+        up.wait_for(r"^Chat: ", timeout_s=1200)
+        yield up
+    finally:
+        up.stop()
+
+
+def titles(pids) -> list[str]:
+    """Process titles (vLLM names its processes VLLM::APIServer_0 ...) and command lines."""
+    found = []
+    for pid in pids:
+        try:
+            found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+def copy_urls(stack: Up) -> list[str]:
+    """Where each engine copy listens, from the supervisor's own lines."""
+    return [re.search(r"ready at (\S+)", line).group(1) for line in stack.lines
+            if re.match(r"\[engine \d\] vLLM ready at", line)][:2]
+
+
+def login_cookie(url: str) -> str:
+    with httpx.Client(base_url=url, timeout=30) as http:
+        answer = http.post("/login", data={"username": USER, "password": PASSWORD})
+        assert answer.status_code == 200, answer.text
+        return "; ".join(f"{k}={v}" for k, v in http.cookies.items())
+
+
+def run(coro):
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+async def chats(url: str, cookie: str, prompts: list[str]) -> list[ChatSession]:
+    sessions = [ChatSession(SessionRecord(i, "", p)) for i, p in enumerate(prompts)]
+    opened = await asyncio.gather(*(s.open(url, headers={"Cookie": cookie}) for s in sessions))
+    assert all(opened), [s.record.error for s in sessions]
+    return sessions
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections to a local port, from /proc/net/tcp (who talks to whom)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            cols = row.split()
+            if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def test_the_processes_asked_for_really_run(stack):
+    output = stack.output()
+    assert "[stack] 2 engine copies x 2 API servers, 2 app workers, HAProxy" in output
+    assert len([l for l in stack.lines if "2 API server processes (as asked" in l]) == 2, output
+    assert re.search(r"\[warm-up\] \d+ requests like the app's .* to 2 engine copies", output), output
+    running = titles(descendants(stack.proc.pid))
+    assert len([t for t in running if t.startswith("VLLM::APIServer_")]) == 4, running
+    assert len([t for t in running if t.startswith("VLLM::EngineCore")]) == 2, running
+    assert len([t for t in running if "haproxy" in t]) == 1
+    assert len([t for t in running if "chainlit run" in t]) == 2
+
+
+def test_requests_through_the_balancer_reach_both_engine_copies(stack):
+    def served() -> list[float]:
+        from tests.conftest import metric
+        return [metric(u, "vllm:request_success_total") for u in copy_urls(stack)]
+    before = served()
+    engine = f"http://127.0.0.1:{stack.engine_port}"
+
+    async def many():
+        async with httpx.AsyncClient(timeout=120) as http:
+            body = {"model": "ernie-4.5-0.3b", "prompt": "Hello", "max_tokens": 32, "ignore_eos": True}
+            answers = await asyncio.gather(*(http.post(f"{engine}/v1/completions", json=body)
+                                             for _ in range(8)))
+            assert all(a.status_code == 200 for a in answers)
+    run(many())
+    gained = [after - b for after, b in zip(served(), before)]
+    assert sum(gained) == 8 and all(g > 0 for g in gained), gained
+
+
+def test_chats_spread_over_both_workers_and_postgres_keeps_every_one(stack, database):
+    cookie = login_cookie(stack.url)
+    prompts = [f"Tell me story number {i}." for i in range(6)]
+
+    async def go():
+        sessions = await chats(stack.url, cookie, prompts)
+        worker_ports = [int(p) for p in re.findall(r"\[app(?: \d)?\] Chainlit ready at http://127.0.0.1:(\d+)",
+                                                    stack.output())]
+        spread = [connections_to(p) for p in worker_ports]
+        await asyncio.gather(*(s.ask() for s in sessions))
+        for s in sessions:
+            await s.close()
+        return sessions, spread
+    sessions, spread = run(go())
+    assert all(s.record.complete for s in sessions), [s.record.error for s in sessions]
+    assert len(spread) == 2 and all(n > 0 for n in spread), spread   # both workers had chats
+
+    async def saved() -> dict[str, str]:
+        db = await asyncpg.connect(chat_db.plain_postgres_url(database))
+        try:
+            rows = await db.fetch('SELECT s."threadId", s."type", s."output" FROM steps s '
+                                  'JOIN threads t ON t."id" = s."threadId" WHERE t."userIdentifier" = $1', USER)
+        finally:
+            await db.close()
+        return rows
+    deadline = time.monotonic() + 30          # Chainlit writes in background tasks
+    while True:
+        rows = run(saved())
+        asked = {r["output"] for r in rows if r["type"] == "user_message"}
+        replies = [r for r in rows if r["type"] == "assistant_message" and "tok/s" in (r["output"] or "")]
+        if set(prompts) <= asked and len(replies) >= len(prompts) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert set(prompts) <= asked, asked
+    streamed = {s.record.final for s in sessions}
+    assert streamed <= {r["output"] for r in replies}           # each reply saved as it was shown
+
+
+def test_a_dead_engine_copy_costs_only_its_own_chats(stack):
+    cookie = login_cookie(stack.url)
+    mark = len(stack.lines)
+
+    async def go():
+        sessions = await chats(stack.url, cookie, [f"Long story {i}." for i in range(4)])
+        asking = [asyncio.create_task(s.ask()) for s in sessions]
+        await asyncio.sleep(0)
+        while not all(s.record.ttft_s for s in sessions):   # every reply streams
+            await asyncio.sleep(0.2)
+        victim = next(p for p in descendants(stack.proc.pid)
+                      if f"--port {copy_urls(stack)[1].rsplit(':', 1)[1]}" in " ".join(titles([p])))
+        os.killpg(victim, signal.SIGKILL)
+        await asyncio.gather(*asking)
+        for s in sessions:
+            await s.close()
+        return sessions
+    sessions = run(go())
+    done = [s for s in sessions if s.record.complete]
+    told = [s for s in sessions if "stopped in the middle of this reply" in s.record.error]
+    assert done, "the other copy's chats must finish"
+    assert told, [s.record.error for s in sessions]
+    assert len(done) + len(told) == len(sessions), [s.record.error for s in sessions]  # none lost
+    stack.wait_for(r"\[engine 1\] restarting in", after=mark, timeout_s=120)
+    stack.wait_for(r"\[engine 1\] vLLM ready", after=mark, timeout_s=900)
+
+
+def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack):
+    cookie = login_cookie(stack.url)
+    worker_ports = [int(p) for p in re.findall(r"\[app(?: \d)?\] Chainlit ready at http://127.0.0.1:(\d+)",
+                                                "\n".join(stack.lines))][:2]
+    mark = len(stack.lines)
+
+    async def go():
+        sessions = await chats(stack.url, cookie, ["First question.", "Second question."])
+        on = [connections_to(p) for p in worker_ports]
+        assert all(on), on
+        # Which chat is on worker 1: the one whose socket dies when worker 1 does.
+        await asyncio.gather(*(s.ask() for s in sessions))
+        victim = next(p for p in descendants(stack.proc.pid)
+                      if f"--port {worker_ports[1]}" in " ".join(titles([p])))
+        os.killpg(victim, signal.SIGKILL)
+        await asyncio.sleep(3)
+        cut = [s for s in sessions if not s.sio.connected]
+        kept = [s for s in sessions if s.sio.connected]
+        assert len(cut) == 1 and len(kept) == 1
+        # The browser reconnects, still pinned to worker 1: the balancer moves it.
+        thread = cut[0].record.thread_id
+        again = ChatSession(SessionRecord(9, "", "Third question."))
+        assert await again.open(stack.url, headers={"Cookie": cookie + "; ERNIE_WORKER=w1"},
+                                thread_id=thread), again.record.error
+        await again.ask()
+        kept[0].next_turn("Fourth question.")
+        await kept[0].ask()
+        for s in (again, *kept):
+            await s.close()
+        return again, kept[0]
+    again, kept = run(go())
+    assert again.record.moved and again.record.complete, again.record.error
+    assert kept.record.complete and not kept.record.moved
+    stack.wait_for(r"\[app 1\] restarting in", after=mark, timeout_s=120)
+
+
+def test_a_database_that_is_down_stops_up_at_once_with_a_clear_message(tmp_path):
+    port = free_port()
+    settings = load_settings(chat_db=f"postgresql://bob:pw-7f3a@127.0.0.1:{port}/chats",
+                             users="bob:x", engine_port=free_port(), app_port=free_port())
+    with pytest.raises(StartupFailed) as info:
+        Stack(settings, root=tmp_path, out=lambda _: None).check_before_start()
+    message = str(info.value)
+    assert "PostgreSQL cannot be used" in message and f"127.0.0.1:{port}" in message
+    assert "pw-7f3a" not in message

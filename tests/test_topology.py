@@ -1,0 +1,148 @@
+"""The shape of the stack (pure parts): how many of each process, where they listen, the
+HAProxy configuration (checked by the real HAProxy), the sticky cookie, and reading
+vLLM's log for the number of API servers it really runs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+
+import pytest
+
+from server import sticky
+from server.chat_db import without_password
+from server.settings import load_settings
+from server.stack import balancer
+from server.stack.engine_tier import api_servers_line
+from server.stack.topology import auto_api_servers, auto_app_workers, balancer_config, plan_topology
+from server.stack.vllm_log import START_MARKER, api_server_count
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for key in list(os.environ):
+        if key.startswith("ERNIE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def ports(start: int = 41000):
+    counter = itertools.count(start)
+    return lambda: next(counter)
+
+
+# --- defaults chosen from the machine ------------------------------------------------------
+
+def test_a_cpu_machine_runs_one_of_each_whatever_its_cores():
+    assert auto_api_servers("cpu", 2) == auto_app_workers("cpu", 2) == 1
+    assert auto_api_servers("cpu", 64) == auto_app_workers("cpu", 64) == 1
+
+
+def test_a_gpu_machine_gets_a_quarter_of_its_cores_within_limits():
+    assert auto_api_servers("cuda", 16) == 4 and auto_app_workers("cuda", 16) == 4
+    assert auto_api_servers("cuda", 128) == 4          # more API servers did not pay (docs/notes.md)
+    assert auto_app_workers("cuda", 128) == 8
+    assert auto_api_servers("cuda", 2) == auto_app_workers("cuda", 2) == 1
+
+
+# --- the topology -------------------------------------------------------------------------------
+
+def test_one_of_each_listens_where_the_settings_say_and_needs_no_balancer():
+    s = load_settings(engine_port=8000, app_port=8080)
+    t = plan_topology(s, "cpu", 2, ports())
+    assert [(c.host, c.port) for c in t.copies] == [("127.0.0.1", 8000)]
+    assert t.worker_ports == (8080,) and t.worker_host == "127.0.0.1"
+    assert not t.needs_balancer and balancer_config(t) is None
+
+
+def test_several_copies_and_workers_sit_on_loopback_behind_the_balancer():
+    s = load_settings(engine_host="0.0.0.0", engine_port=8000, app_host="0.0.0.0", app_port=8080,
+                      engine_copies=2, app_workers=3, api_servers=2, gpu_memory_utilization=0.9)
+    t = plan_topology(s, "cuda", 16, ports())
+    assert [(c.host, c.port, c.index, c.copies, c.api_servers) for c in t.copies] == [
+        ("127.0.0.1", 41000, 0, 2, 2), ("127.0.0.1", 41001, 1, 2, 2)]
+    assert t.worker_ports == (41002, 41003, 41004) and t.worker_host == "127.0.0.1"
+    config = balancer_config(t)
+    chat, engine = config.frontends
+    assert (chat.bind_host, chat.bind_port, chat.sticky, chat.health_path) == ("0.0.0.0", 8080, True, "/")
+    assert [b.port for b in chat.servers] == [41002, 41003, 41004]
+    assert (engine.bind_port, engine.sticky, engine.health_path) == (8000, False, "/health")
+    assert "2 engine copies x 2 API servers, 3 app workers, HAProxy" in t.describe()
+
+
+# --- HAProxy ----------------------------------------------------------------------------------
+
+def test_the_haproxy_config_pins_browsers_balances_streams_and_checks_health():
+    s = load_settings(engine_copies=2, app_workers=2)
+    text = balancer.render_haproxy(balancer_config(plan_topology(s, "cpu", 2, ports())))
+    chat = text.split("\nbackend chat_servers")[1].split("\nfrontend")[0]
+    assert f"cookie {sticky.COOKIE} insert indirect nocache" in chat
+    assert "server chat0 127.0.0.1:41002 check inter 1s fall 2 rise 1 cookie w0" in chat
+    engine = text.split("\nbackend engine_servers")[1]
+    assert "balance leastconn" in engine and "option httpchk GET /health" in engine
+    assert "cookie" not in engine                     # any copy can serve any request
+    assert "timeout tunnel 1h" in text and "option redispatch" in text
+
+
+def test_haproxy_accepts_the_config(tmp_path):
+    """The real HAProxy (installed by ./scripts/test) checks the text, not a regex."""
+    s = load_settings(engine_copies=2, app_workers=2, app_host="::1")
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()))
+    path = balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path())
+    assert "bind [::1]:8080" in path.read_text()
+    broken = tmp_path / "broken.cfg"
+    broken.write_text(path.read_text().replace("balance leastconn", "balance sometimes"))
+    assert subprocess.run([balancer.haproxy_path(), "-c", "-q", "-f", str(broken)]).returncode != 0
+
+
+def test_without_haproxy_the_message_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.setattr("server.stack.balancer.Path.exists", lambda self: False)
+    with pytest.raises(balancer.BalancerMissing, match="apt-get install haproxy.*ERNIE_APP_WORKERS=1"):
+        balancer.haproxy_path()
+
+
+# --- the sticky cookie ------------------------------------------------------------------------
+
+def test_a_browser_pinned_to_another_worker_was_moved():
+    assert sticky.pinned_worker("a=1; ERNIE_WORKER=w2; b=3") == 2
+    assert sticky.pinned_worker("ERNIE_WORKER=x2") is None and sticky.pinned_worker(None) is None
+    assert sticky.moved("ERNIE_WORKER=w0", my_index=1)
+    assert not sticky.moved("ERNIE_WORKER=w1", my_index=1)
+    assert not sticky.moved("", my_index=1)           # a first visit: not pinned yet
+    assert not sticky.moved("ERNIE_WORKER=w0", None)  # one worker, no balancer
+
+
+# --- what vLLM's log says about its API servers ---------------------------------------------
+
+SEVERAL = "(MainProcess pid=885) INFO 12-01 14:46:56 [utils.py:261] Started 2 API server processes"
+ONE = "(APIServer pid=28166) INFO 12-01 14:42:56 [api_utils.py:347] Starting vLLM server"
+
+
+def test_the_number_of_api_servers_is_read_from_the_last_start():
+    assert api_server_count(["noise", SEVERAL, "(ApiServer_0 pid=1) INFO ..."]) == 2
+    assert api_server_count([ONE]) == 1
+    assert api_server_count(["no such line"]) is None
+    assert api_server_count([SEVERAL, f"{START_MARKER} at 12:00", ONE]) == 1   # the later start
+
+
+def test_the_report_says_when_the_setting_did_not_take_effect():
+    assert "as asked" in api_servers_line("engine", 4, 4)
+    warning = api_servers_line("engine 1", 4, 1)
+    assert warning.startswith("[engine 1] WARNING: 4 API server(s) asked for") and "ERNIE_API_SERVERS" in warning
+    assert "does not say" in api_servers_line("engine", 2, None)
+
+
+# --- secrets in database URLs -----------------------------------------------------------------
+
+def test_a_postgres_url_is_shown_without_its_password():
+    assert without_password("postgresql://bob:s3cret@db:5432/chats") == "postgresql://bob:***@db:5432/chats"
+    assert without_password("postgresql://bob@db/chats") == "postgresql://bob@db/chats"
+    assert without_password("data/chats.db") == "data/chats.db"
+
+
+def test_haproxy_never_asks_for_more_connections_than_it_may_open_files():
+    assert balancer.max_connections(1_048_576) == 20000
+    assert balancer.max_connections(20000) == 9900   # two descriptors a connection, and spare
+    assert balancer.max_connections(256) == 100
