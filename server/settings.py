@@ -10,7 +10,6 @@ names the variable, the value and what is allowed.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Literal, Optional
@@ -18,9 +17,10 @@ from typing import Literal, Optional
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server import settings_text
 from server.errors import ErnieChatError
+from server.settings_text import ENV_PREFIX, env_name
 
-ENV_PREFIX = "ERNIE_"
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
 DEMO_MODEL = "demo"
@@ -139,6 +139,37 @@ class Settings(BaseSettings):
         "run-time compilation.",
     )
 
+    # --- several GPUs and machines: vLLM's data parallelism -----------------
+    data_parallel_size: int = Field(
+        1, ge=1, le=1024,
+        description="Engine copies on GPUs of this and other machines, in one vLLM server whose "
+        "API servers spread the requests (--data-parallel-size). Each GPU holds ERNIE_ENGINE_COPIES "
+        "such servers.",
+    )
+    data_parallel_size_local: Optional[int] = Field(
+        None, ge=1, le=64,
+        description="Of those, the copies on this machine, one per GPU (--data-parallel-size-local). "
+        "Unset: all of them (one machine).",
+    )
+    data_parallel_address: Optional[str] = Field(
+        None, description="Address of the head machine that the other machines' engine copies "
+        "connect to (--data-parallel-address); it must be reachable from them.",
+    )
+    data_parallel_rpc_port: int = Field(
+        29550, ge=1, le=65535,
+        description="Port on the head for the engine copies of other machines "
+        "(--data-parallel-rpc-port; the Nth copy per GPU uses this port + N). Open it to those "
+        "machines only: vLLM does not authenticate it.",
+    )
+    node_role: Literal["head", "engines"] = Field(
+        "head", description="head: API servers, balancer and chat (and engine copies). engines: "
+        "only engine copies for a head elsewhere (vllm serve --headless), no chat.",
+    )
+    data_parallel_start_rank: Optional[int] = Field(
+        None, ge=0, description="On an engines machine: the rank of its first copy "
+        "(--data-parallel-start-rank), i.e. how many copies the machines before it run.",
+    )
+
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
     app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
@@ -222,6 +253,26 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _data_parallel_is_coherent(self) -> "Settings":
+        local = self.data_parallel_size_local
+        if local is not None and local > self.data_parallel_size:
+            raise ValueError(f"ERNIE_DATA_PARALLEL_SIZE_LOCAL={local} is more than "
+                             f"ERNIE_DATA_PARALLEL_SIZE={self.data_parallel_size}: the local copies "
+                             "are part of all copies")
+        spans_machines = local is not None and local < self.data_parallel_size
+        if spans_machines and not self.data_parallel_address:
+            raise ValueError("copies on several machines (ERNIE_DATA_PARALLEL_SIZE_LOCAL < "
+                             "ERNIE_DATA_PARALLEL_SIZE) need ERNIE_DATA_PARALLEL_ADDRESS: the head's "
+                             "address, reachable from the other machines")
+        if self.node_role == "engines":
+            if not spans_machines or self.data_parallel_start_rank is None:
+                raise ValueError("ERNIE_NODE_ROLE=engines runs copies for a head elsewhere: set "
+                                 "ERNIE_DATA_PARALLEL_SIZE (all copies), ERNIE_DATA_PARALLEL_SIZE_LOCAL "
+                                 "(this machine's), ERNIE_DATA_PARALLEL_START_RANK and "
+                                 "ERNIE_DATA_PARALLEL_ADDRESS (the head)")
+        return self
+
+    @model_validator(mode="after")
     def _saved_chats_need_users(self) -> "Settings":
         if self.chat_db is not None and self.users is None:
             raise ValueError("ERNIE_CHAT_DB turns on saved chats, which need a login: "
@@ -285,63 +336,19 @@ def auth_headers(api_key: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def env_name(field: str) -> str:
-    return f"{ENV_PREFIX}{field.upper()}"
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """One line per bad field: which variable, what value, what is allowed."""
-    lines = ["Invalid settings (from the environment or .env):"]
-    for err in exc.errors():
-        field = str(err["loc"][0]) if err["loc"] else ""
-        message = err["msg"].removeprefix("Value error, ")
-        if not field:  # a rule across fields: its message names them
-            lines.append(f"  {message}")
-            continue
-        value = "<hidden>" if field in SECRET_FIELDS else repr(err.get("input"))
-        lines.append(f"  {env_name(field)}={value}: {message}")
-        described = Settings.model_fields.get(field)
-        if described is not None and described.description:
-            lines.append(f"      ({described.description})")
-    lines.append("Fix the value in .env or the environment; .env.example lists every setting.")
-    return "\n".join(lines)
-
-
-_ENV_LINE = re.compile(r"^\s*(export\s+)?[A-Za-z_][A-Za-z0-9_]*\s*=")
-
-
-def env_file_problems(path: Path) -> list[str]:
-    """Lines of a .env file that are not KEY=VALUE: python-dotenv would skip them silently."""
-    if not path.is_file():
-        return []
-    problems = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if line.strip() and not line.lstrip().startswith("#") and not _ENV_LINE.match(line):
-            problems.append(f"  line {number}: {line.strip()[:60]!r} is not KEY=VALUE")
-    return problems
-
-
 def load_settings(**overrides) -> Settings:
     """Load and validate settings, turning pydantic's errors into a readable message."""
     env_file = Path(Settings.model_config["env_file"])
-    if problems := env_file_problems(env_file):
+    if problems := settings_text.env_file_problems(env_file):
         raise SettingsError(f"{env_file.resolve()} has lines that are not settings:\n"
                             + "\n".join(problems)
                             + "\nWrite each as ERNIE_NAME=value (or start it with # to keep it as a note).")
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc)) from None
+        raise SettingsError(settings_text.describe_errors(exc, Settings.model_fields, SECRET_FIELDS)) from None
 
 
 def env_example() -> str:
     """The text of .env.example: every setting with its meaning and default."""
-    lines = ["# ernie-chat settings. Copy to .env and uncomment what you change.",
-             "# Every variable can also be set in the environment; the environment wins over .env.",
-             "# `./scripts/ernie-chat settings` prints the effective values; this file is made by",
-             "# `./scripts/ernie-chat settings --env-example > .env.example`.", ""]
-    for name, field in Settings.model_fields.items():
-        default = field.default
-        shown = "" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
-        lines += [f"# {field.description}", f"# {env_name(name)}={shown}", ""]
-    return "\n".join(lines)
+    return settings_text.env_example(Settings.model_fields)

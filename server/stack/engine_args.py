@@ -50,6 +50,25 @@ class EngineCommand:
         return shlex.join(self.argv)
 
 
+def data_parallel_flags(settings: Settings, copy: EngineCopy) -> list[str]:
+    """vLLM's own data parallelism: copies on several GPUs and machines behind one server.
+
+    Each copy per GPU (ERNIE_ENGINE_COPIES) is a data-parallel group of its own, so the
+    Nth one talks to its other machines on the RPC port + N.
+    """
+    if settings.data_parallel_size == 1:
+        return []
+    flags = ["--data-parallel-size", str(settings.data_parallel_size)]
+    if settings.data_parallel_size_local is not None:
+        flags += ["--data-parallel-size-local", str(settings.data_parallel_size_local)]
+    if settings.data_parallel_address:
+        flags += ["--data-parallel-address", settings.data_parallel_address,
+                  "--data-parallel-rpc-port", str(settings.data_parallel_rpc_port + copy.index)]
+    if settings.node_role == "engines":
+        flags += ["--headless", "--data-parallel-start-rank", str(settings.data_parallel_start_rank)]
+    return flags
+
+
 def engine_command(settings: Settings, model: str, device: str, python: Path | str,
                    copy: Optional[EngineCopy] = None) -> EngineCommand:
     """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu')."""
@@ -63,7 +82,8 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         "--max-model-len", str(settings.max_model_len),
         "--dtype", settings.dtype,
     ]
-    if copy.api_servers > 1:
+    argv += data_parallel_flags(settings, copy)
+    if copy.api_servers > 1 and settings.node_role == "head":
         argv += ["--api-server-count", str(copy.api_servers)]
     env: dict[str, str] = {}
     if device == "cuda":

@@ -32,7 +32,7 @@ from server.stack.engine_args import EngineCopy, engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, last_log_line, probe_engine, wait_until
-from server.stack.vllm_log import api_server_count, parse_kv_report, read_tail
+from server.stack.vllm_log import api_server_count, engines_ready, parse_kv_report, read_tail
 
 # A live engine that fails every /health probe this long is hung (e.g. SIGSTOP, a
 # deadlocked GPU): probing every 5 s with a 3 s timeout.
@@ -162,8 +162,7 @@ class EngineTier:
             engine.proc.start()
         status = StatusLine(engine.label)
         entry = wait_until(
-            lambda: probe_engine(engine.url, s.api_key_value),
-            lambda: not engine.proc.alive(), s.startup_timeout_s, status,
+            lambda: self.ready(engine), lambda: not engine.proc.alive(), s.startup_timeout_s, status,
             lambda: f"starting vLLM (log: {engine.log_path.name}) {last_log_line(engine.log_path)}",
         )
         if not entry:
@@ -178,6 +177,17 @@ class EngineTier:
         self.info = EngineInfo(entry.get("id", s.served_model_name), self.is_demo,
                                int(entry.get("max_model_len") or s.max_model_len))
         return self.info
+
+    def ready(self, engine: EngineProcess) -> Optional[dict]:
+        """The served model once the copy serves; a headless node (ERNIE_NODE_ROLE=engines)
+        has no HTTP API, so its log says when its copies are loaded."""
+        s = self.settings
+        if s.node_role == "head":
+            return probe_engine(engine.url, s.api_key_value)
+        local = s.data_parallel_size_local or 1
+        if engines_ready(read_tail(engine.log_path)) >= local:
+            return {"id": s.served_model_name, "max_model_len": s.max_model_len}
+        return None
 
     def restart(self, engine: EngineProcess) -> None:
         write_state(self.settings, "starting")
@@ -202,6 +212,8 @@ class EngineTier:
                 self.out(f"[plan]   KV tokens {preflight.compare(self.plan.reported_kv_tokens, kv.kv_tokens)}; "
                          f"concurrency predicted {self.plan.max_concurrency:.2f}x / reported "
                          f"{kv.max_concurrency:.2f}x")
+        if self.settings.node_role == "engines":
+            return  # no API servers here: the head runs them
         for engine in self.engines:
             self.out(api_servers_line(engine.label, engine.copy.api_servers,
                                       api_server_count(read_tail(engine.log_path))))

@@ -98,8 +98,8 @@ class Stack:
     def check_before_start(self) -> None:
         """Ports, the balancer and the saved chats: problems found in milliseconds, not after vLLM."""
         s, topology = self.settings, self.topology or self.plan()
-        wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")]
-        if s.starts_engine:
+        wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")] if topology.worker_ports else []
+        if s.starts_engine and s.node_role == "head":
             wanted.insert(0, (s.engine_host, s.engine_port, "ERNIE_ENGINE_PORT"))
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
         if topology.needs_balancer:
@@ -145,7 +145,11 @@ class Stack:
         if not listening:
             status.done("HAProxy did not start")
             raise StartupFailed(f"HAProxy did not start; see {self.balancer.log_path}")
-        status.done(f"HAProxy in front of {self.topology.describe()}")
+        tiers = [f"{name} at {host}:{port}" for name, on, host, port in (
+            ("chat", self.topology.balanced_app, self.topology.app_host, self.topology.app_port),
+            ("engine", self.topology.balanced_engine, self.topology.engine_host, self.topology.engine_port))
+            if on]
+        status.done("HAProxy listening: " + ", ".join(tiers))
 
     def balancer_address(self) -> tuple[str, int]:
         t = self.topology
@@ -157,7 +161,7 @@ class Stack:
                             self.settings.engine_base_url, self.root, self.log_path, self.out)
         for worker in self.apps.workers:
             worker.proc.start()
-        if self.settings.starts_engine and self.settings.warmup and self.engines:
+        if self.settings.warmup and self.engines and self.settings.node_role == "head":
             # The workers start meanwhile: the warm-up costs the user no time of its own.
             warmup.run(self.settings, [e.url for e in self.engines.engines], self.info, self.out)
         for worker in self.apps.workers:
@@ -262,8 +266,13 @@ def run(settings: Settings, out=print) -> int:
     stack = Stack(settings, out=out)
     try:
         stack.start()
-        out(f"Chat:   {settings.app_url}")
-        out(f"Engine: {settings.engine_base_url}")
+        if settings.node_role == "engines":
+            out(f"Engines: {settings.data_parallel_size_local} cop(ies) of this machine serve the head "
+                f"at {settings.data_parallel_address}:{settings.data_parallel_rpc_port} (ranks from "
+                f"{settings.data_parallel_start_rank})")
+        else:
+            out(f"Chat:   {settings.app_url}")
+            out(f"Engine: {settings.engine_base_url}")
         if stack.info and stack.info.is_demo:
             out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
         out("Press Ctrl-C to stop.")

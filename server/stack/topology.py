@@ -73,6 +73,9 @@ class Topology:
         return LOOPBACK if self.balanced_app else self.app_host
 
     def describe(self) -> str:
+        if not self.worker_ports:
+            return (f"{len(self.copies)} server(s) of engine copies only (headless), for the head "
+                    "at ERNIE_DATA_PARALLEL_ADDRESS")
         parts = [f"{len(self.copies)} engine cop{'y' if len(self.copies) == 1 else 'ies'} "
                  f"x {self.api_servers} API server{'s' if self.api_servers > 1 else ''}",
                  f"{len(self.worker_ports)} app worker{'s' if len(self.worker_ports) > 1 else ''}"]
@@ -93,7 +96,9 @@ def plan_topology(settings: Settings, device: str, cores: int,
     else:
         copies = tuple(EngineCopy(LOOPBACK, free_port(), api_servers, i, copies_n)
                        for i in range(copies_n))
-    workers_n = settings.app_workers or auto_app_workers(device, cores)
+    # A node of engine copies only (vllm serve --headless) runs no chat.
+    workers_n = 0 if settings.node_role == "engines" else (
+        settings.app_workers or auto_app_workers(device, cores))
     worker_ports = ((settings.app_port,) if workers_n == 1
                     else tuple(free_port() for _ in range(workers_n)))
     return Topology(device, api_servers, copies, worker_ports, settings.app_host,

@@ -76,6 +76,20 @@ def api_server_count(lines: Iterable[str]) -> Optional[int]:
     return count
 
 
+_ENGINE_READY = "init engine (profile, create kv cache, warmup model) took"
+
+
+def engines_ready(lines: Iterable[str]) -> int:
+    """Engine copies of the last start that finished loading (a headless node has no /health)."""
+    ready = 0
+    for line in lines:
+        if START_MARKER in line:
+            ready = 0
+        elif _ENGINE_READY in line:
+            ready += 1
+    return ready
+
+
 def read_tail(path: Path, max_bytes: int = 2_000_000) -> list[str]:
     """The log's last ``max_bytes`` as lines: enough for one start-up, cheap on a huge log."""
     if not path.exists():

@@ -1,0 +1,122 @@
+"""Several GPUs and machines through vLLM's own data parallelism: settings, command lines,
+and, for real on this CPU, a head whose second engine copy runs on a "machine" of engine
+copies only (`up` with ERNIE_NODE_ROLE=engines: `vllm serve --headless`)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import httpx
+import pytest
+
+from server.settings import SettingsError, load_settings
+from server.stack.engine_args import EngineCopy, engine_command
+from server.stack.processes import free_port
+from server.stack.topology import plan_topology
+from server.stack.vllm_log import START_MARKER, engines_ready
+from tests.stack_process import Up
+
+MODEL, PYTHON = "baidu/ERNIE-4.5-0.3B-PT", "python"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for key in list(os.environ):
+        if key.startswith("ERNIE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    return {a: argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
+            for i, a in enumerate(argv) if a.startswith("--")}
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values, says", [
+    (dict(data_parallel_size=2, data_parallel_size_local=3), "the local copies are part of all copies"),
+    (dict(data_parallel_size=4, data_parallel_size_local=2), "need ERNIE_DATA_PARALLEL_ADDRESS"),
+    (dict(node_role="engines"), "ERNIE_NODE_ROLE=engines runs copies for a head elsewhere"),
+    (dict(node_role="engines", data_parallel_size=2, data_parallel_size_local=1,
+          data_parallel_address="10.0.0.1"), "ERNIE_DATA_PARALLEL_START_RANK"),
+])
+def test_incoherent_data_parallel_settings_are_refused_with_what_to_set(values, says):
+    with pytest.raises(SettingsError, match=re.escape(says)):
+        load_settings(**values)
+
+
+# --- command lines ------------------------------------------------------------------------------
+
+def test_one_machine_with_two_gpus_is_one_server_of_two_copies():
+    s = load_settings(data_parallel_size=2, api_servers=4)
+    argv = engine_command(s, MODEL, "cuda", PYTHON, EngineCopy.only(s, 4)).argv
+    f = flags(argv)
+    assert f["--data-parallel-size"] == "2" and f["--api-server-count"] == "4"
+    assert "--data-parallel-address" not in f and "--headless" not in f
+
+
+def test_the_head_of_two_machines_names_its_address_and_port():
+    s = load_settings(data_parallel_size=4, data_parallel_size_local=2,
+                      data_parallel_address="10.0.0.1", data_parallel_rpc_port=13345)
+    f = flags(engine_command(s, MODEL, "cuda", PYTHON).argv)
+    assert (f["--data-parallel-size"], f["--data-parallel-size-local"]) == ("4", "2")
+    assert (f["--data-parallel-address"], f["--data-parallel-rpc-port"]) == ("10.0.0.1", "13345")
+
+
+def test_an_engines_machine_runs_headless_copies_from_its_start_rank_and_no_api_server():
+    s = load_settings(node_role="engines", data_parallel_size=4, data_parallel_size_local=2,
+                      data_parallel_address="10.0.0.1", data_parallel_start_rank=2, api_servers=4)
+    f = flags(engine_command(s, MODEL, "cuda", PYTHON, EngineCopy.only(s, 4)).argv)
+    assert "--headless" in f and f["--data-parallel-start-rank"] == "2"
+    assert "--api-server-count" not in f            # vLLM refuses it with --headless
+    topology = plan_topology(s, "cuda", 16, free_port)
+    assert topology.worker_ports == () and not topology.needs_balancer
+
+
+def test_each_copy_per_gpu_is_a_data_parallel_group_with_a_port_of_its_own():
+    s = load_settings(data_parallel_size=4, data_parallel_size_local=2, engine_copies=2,
+                      data_parallel_address="10.0.0.1", data_parallel_rpc_port=13345,
+                      gpu_memory_utilization=0.9)
+    second = EngineCopy("127.0.0.1", 41001, 1, index=1, copies=2)
+    f = flags(engine_command(s, MODEL, "cuda", PYTHON, second).argv)
+    assert f["--data-parallel-rpc-port"] == "13346" and f["--gpu-memory-utilization"] == "0.45"
+
+
+def test_a_headless_node_is_ready_when_its_copies_have_loaded():
+    lines = [f"{START_MARKER} at 10:00",
+             "(EngineCore_DP1 pid=2) INFO [core.py:402] init engine (profile, create kv cache, warmup model) took 47.89 s"]
+    assert engines_ready(lines) == 1
+    assert engines_ready(lines + [f"{START_MARKER} at 10:05"]) == 0     # a new start
+
+
+# --- for real: a head and a machine of engine copies ---------------------------------------------
+
+@pytest.mark.engine
+def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly(tmp_path):
+    """Two `up`s on this machine stand in for two machines: the head (API server, chat, copy
+    rank 0) and an engines node (copy rank 1), joined over TCP on the data-parallel port."""
+    rpc = free_port()
+    common = dict(ERNIE_DATA_PARALLEL_SIZE="2", ERNIE_DATA_PARALLEL_SIZE_LOCAL="1",
+                  ERNIE_DATA_PARALLEL_ADDRESS="127.0.0.1", ERNIE_DATA_PARALLEL_RPC_PORT=str(rpc),
+                  ERNIE_KV_CACHE_GIB="0.25", ERNIE_MAX_MODEL_LEN="2048", ERNIE_WARMUP="false")
+    head = Up(tmp_path / "head", **common)
+    node = Up(tmp_path / "node", ERNIE_NODE_ROLE="engines", ERNIE_DATA_PARALLEL_START_RANK="1", **common)
+    try:
+        node.wait_for(r"^Engines: 1 cop\(ies\) of this machine serve the head at 127\.0\.0\.1", timeout_s=1200)
+        head.wait_for(r"^Chat: ", timeout_s=1200)
+        url = f"http://127.0.0.1:{head.engine_port}"
+        for _ in range(4):
+            answer = httpx.post(f"{url}/v1/completions", timeout=120, json={
+                "model": "ernie-4.5-0.3b", "prompt": "Hello", "max_tokens": 8})
+            assert answer.status_code == 200, answer.text
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        # The head's API server spread the requests over both copies: rank 1 is on the node.
+        served = {m.group(1) for m in re.finditer(
+            r'vllm:request_success_total\{engine="(\d)",finished_reason="length"[^}]*\} ([1-9])', metrics)}
+        assert served == {"0", "1"}, metrics[:2000]
+    finally:
+        head.stop()
+        node.stop()
+    assert head.proc.returncode == 0 and node.proc.returncode == 0
