@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         "auto", description="auto picks cuda when an NVIDIA GPU is present, else cpu."
     )
     engine_venv: Path = Field(Path(".venv-engine"), description="The engine's own environment.")
+    torch_index_url: str = Field(
+        "https://download.pytorch.org/whl/cpu",
+        description="Package index (PEP 503) the CPU build of torch is installed from when "
+        "the indexes pip is configured with do not have it (PyPI does not).",
+    )
     log_file: Path = Field(Path("llm.log"), description="vLLM's output is appended here.")
 
     # --- KV cache and batching --------------------------------------------
@@ -170,6 +175,14 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
         return value.rstrip("/").removesuffix("/v1")
+
+    @field_validator("torch_index_url")
+    @classmethod
+    def _index_is_a_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://", "file://")):
+            raise ValueError("must be a package index URL starting with http://, https:// or "
+                             "file:// (e.g. https://download.pytorch.org/whl/cpu)")
+        return value
 
     @field_validator("users")
     @classmethod

@@ -143,6 +143,13 @@ def test_empty_engine_url_means_start_the_engine_here(monkeypatch):
     assert load_settings().starts_engine is True
 
 
+def test_torch_index_defaults_to_pytorchs_cpu_index_and_must_be_a_url(monkeypatch):
+    assert load_settings().torch_index_url == "https://download.pytorch.org/whl/cpu"
+    message = error_for(monkeypatch, "ERNIE_TORCH_INDEX_URL", "download.pytorch.org/whl/cpu")
+    assert "ERNIE_TORCH_INDEX_URL='download.pytorch.org/whl/cpu'" in message
+    assert "http://, https:// or file://" in message
+
+
 def test_extra_engine_args_with_unbalanced_quotes_are_rejected(monkeypatch):
     value = "--chat-template 'unterminated"
     message = error_for(monkeypatch, "ERNIE_EXTRA_ENGINE_ARGS", value)
