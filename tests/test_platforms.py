@@ -10,8 +10,8 @@ import pytest
 
 from server.stack import platforms, provision
 from server.stack.platforms import EngineUnsupported, engine_requirements, why_no_vllm
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
+from tests.test_python_versions import interpreter
 
 
 @pytest.mark.parametrize("system, machine, python, device, pins", [
@@ -88,16 +88,6 @@ def test_the_torch_pin_is_read_from_each_cpu_pin_file():
 
 
 # --- scripts/lib.sh: which Python the app environment is created with ---------
-
-PYENV = Path.home() / ".pyenv" / "versions"
-
-
-def interpreter(version: str) -> Path:
-    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
-    if not found:
-        pytest.skip(f"no Python {version} under {PYENV} to test find_python with")
-    return found[-1]
-
 
 def find_python(tmp_path: Path, on_path: dict[str, Path], ernie_python: str = "") -> subprocess.CompletedProcess:
     """find_python with a PATH that holds only ``on_path`` (name -> interpreter) and dirname."""
