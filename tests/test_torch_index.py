@@ -5,7 +5,7 @@ for it: a PEP 503 simple index that serves the torch wheel of our local wheel fo
 local sources are hidden from pip the way a fresh box lacks them (no PIP_FIND_LINKS, no
 pip config file), and the real ``ensure_engine_env`` installs torch into a new venv.
 Only the torch step runs for real (the pin file in the scratch root holds torch alone):
-the other 146 pins come from PyPI as before and would take minutes.
+the other pins come from PyPI as before and would take minutes.
 """
 
 from __future__ import annotations
