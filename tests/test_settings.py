@@ -165,6 +165,61 @@ def test_overrides_are_validated_like_the_environment():
         load_settings(gpu_memory_utilization=2)
 
 
+# --- one fast stream -------------------------------------------------------------
+
+def test_single_stream_settings_default_to_vllms_own_choice():
+    s = load_settings()
+    assert (s.performance_mode, s.cudagraph_mode, s.stream_interval, s.async_scheduling,
+            s.speculative_ngram) == ("balanced", "auto", None, "auto", "off")
+
+
+@pytest.mark.parametrize("value, expected", [("4", 4), ("off", "off"), ("OFF", "off"), ("16", 16)])
+def test_speculative_ngram_is_off_or_a_count(monkeypatch, value, expected):
+    monkeypatch.setenv("ERNIE_SPECULATIVE_NGRAM", value)
+    assert load_settings().speculative_ngram == expected
+
+
+@pytest.mark.parametrize("value", ["0", "17", "-2", "yes", "2.5"])
+def test_speculative_ngram_out_of_range_says_what_is_allowed(monkeypatch, value):
+    message = error_for(monkeypatch, "ERNIE_SPECULATIVE_NGRAM", value)
+    assert f"ERNIE_SPECULATIVE_NGRAM={value!r}" in message
+    assert "must be off or a whole number of draft tokens from 1 to 16" in message
+
+
+@pytest.mark.parametrize("name, value, allowed", [
+    ("ERNIE_PERFORMANCE_MODE", "fast", ("balanced", "interactivity", "throughput")),
+    ("ERNIE_CUDAGRAPH_MODE", "full", ("auto", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")),
+    ("ERNIE_ASYNC_SCHEDULING", "true", ("auto", "on", "off")),
+])
+def test_single_stream_choices_list_the_allowed_values(monkeypatch, name, value, allowed):
+    message = error_for(monkeypatch, name, value)
+    assert f"{name}={value!r}" in message
+    assert all(f"'{a}'" in message for a in allowed)
+
+
+def test_stream_interval_must_be_at_least_one(monkeypatch):
+    message = error_for(monkeypatch, "ERNIE_STREAM_INTERVAL", "0")
+    assert "ERNIE_STREAM_INTERVAL='0'" in message and "greater than or equal to 1" in message
+
+
+def test_async_scheduling_on_with_ngram_speculation_is_refused(monkeypatch):
+    monkeypatch.setenv("ERNIE_ASYNC_SCHEDULING", "on")
+    message = error_for(monkeypatch, "ERNIE_SPECULATIVE_NGRAM", "3")
+    assert "ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM=3 cannot go together" in message
+    assert "ERNIE_ASYNC_SCHEDULING=auto or off" in message
+    monkeypatch.setenv("ERNIE_ASYNC_SCHEDULING", "off")
+    assert load_settings().speculative_ngram == 3
+
+
+def test_cuda_graph_mode_with_enforce_eager_is_refused(monkeypatch):
+    monkeypatch.setenv("ERNIE_ENFORCE_EAGER", "true")
+    message = error_for(monkeypatch, "ERNIE_CUDAGRAPH_MODE", "FULL_DECODE_ONLY")
+    assert "ERNIE_CUDAGRAPH_MODE=FULL_DECODE_ONLY asks for CUDA graphs" in message
+    assert "ERNIE_ENFORCE_EAGER=true turns off" in message
+    monkeypatch.setenv("ERNIE_CUDAGRAPH_MODE", "NONE")
+    assert load_settings().cudagraph_mode == "NONE"
+
+
 # --- as_env (what child processes get) ----------------------------------------
 
 def test_as_env_round_trips_through_the_environment(monkeypatch):
