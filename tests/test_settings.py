@@ -202,22 +202,20 @@ def test_stream_interval_must_be_at_least_one(monkeypatch):
     assert "ERNIE_STREAM_INTERVAL='0'" in message and "greater than or equal to 1" in message
 
 
-def test_async_scheduling_on_with_ngram_speculation_is_refused(monkeypatch):
-    monkeypatch.setenv("ERNIE_ASYNC_SCHEDULING", "on")
-    message = error_for(monkeypatch, "ERNIE_SPECULATIVE_NGRAM", "3")
-    assert "ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM=3 cannot go together" in message
-    assert "ERNIE_ASYNC_SCHEDULING=auto or off" in message
-    monkeypatch.setenv("ERNIE_ASYNC_SCHEDULING", "off")
-    assert load_settings().speculative_ngram == 3
-
-
-def test_cuda_graph_mode_with_enforce_eager_is_refused(monkeypatch):
-    monkeypatch.setenv("ERNIE_ENFORCE_EAGER", "true")
-    message = error_for(monkeypatch, "ERNIE_CUDAGRAPH_MODE", "FULL_DECODE_ONLY")
-    assert "ERNIE_CUDAGRAPH_MODE=FULL_DECODE_ONLY asks for CUDA graphs" in message
-    assert "ERNIE_ENFORCE_EAGER=true turns off" in message
-    monkeypatch.setenv("ERNIE_CUDAGRAPH_MODE", "NONE")
-    assert load_settings().cudagraph_mode == "NONE"
+@pytest.mark.parametrize("first, second, says, fixed", [
+    (("ERNIE_ASYNC_SCHEDULING", "on"), ("ERNIE_SPECULATIVE_NGRAM", "3"),
+     ["ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM=3 cannot go together",
+      "ERNIE_ASYNC_SCHEDULING=auto or off"], ("ERNIE_ASYNC_SCHEDULING", "off")),
+    (("ERNIE_ENFORCE_EAGER", "true"), ("ERNIE_CUDAGRAPH_MODE", "FULL_DECODE_ONLY"),
+     ["ERNIE_CUDAGRAPH_MODE=FULL_DECODE_ONLY asks for CUDA graphs",
+      "ERNIE_ENFORCE_EAGER=true turns off"], ("ERNIE_CUDAGRAPH_MODE", "NONE")),
+])
+def test_single_stream_settings_vllm_would_refuse_together(monkeypatch, first, second, says, fixed):
+    monkeypatch.setenv(*first)
+    message = error_for(monkeypatch, *second)
+    assert all(part in message for part in says), message
+    monkeypatch.setenv(*fixed)
+    load_settings()  # either one alone is fine
 
 
 # --- as_env (what child processes get) ----------------------------------------

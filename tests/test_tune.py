@@ -158,7 +158,7 @@ def test_table_warns_of_points_whose_prompts_the_prefix_cache_served():
 def test_outcomes_survive_tune_json(tmp_path):
     outcomes = [measured(8192, 6.0, 6.2, 6.4), measured(8192, 4.0, 4.1, memory=0.7),
                 measured(4096, status="failed"), Outcome(Point.of("later", max_model_len=2048))]
-    header = {"model": "m", "labels": [o.point.label() for o in outcomes]}
+    header = {"model": "m", "load": {"concurrencies": (4,)}, "labels": [o.point.label() for o in outcomes]}
     tune_results.write(tmp_path, header, outcomes)
     fresh = [Outcome(o.point) for o in outcomes]
     # Measured with every run and failed are done; 2 of 3 runs and never run are not.

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from server.loadtest.tune_choice import Point, TuneError, sweep
+from server.loadtest.tune_choice import PROCESS_SETTINGS, Point, TuneError, sweep
 from server.settings import Settings, env_name
 from server.stack.engine_args import engine_command
 
@@ -90,7 +90,12 @@ def command_of(settings: Settings, device: str) -> tuple[str, ...]:
 
 
 def reaches_vllm(settings: Settings, device: str, name: str, values: tuple) -> None:
-    """Refuse a dimension whose values all give the command the settings already give."""
+    """Refuse a dimension whose values all give the command the settings already give.
+
+    Settings that start more processes (tune_choice.PROCESS_SETTINGS) may reach the engine
+    through the stack's own starter rather than vLLM's command: those pass."""
+    if name in PROCESS_SETTINGS:
+        return
     commands = {command_of(with_overrides(settings, {name: v}, f"{name}={v}"), device) for v in values}
     if commands == {command_of(settings, device)}:
         raise TuneError(f"--vary {name}: every value gives the vLLM command your settings already "

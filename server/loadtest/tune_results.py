@@ -40,7 +40,8 @@ def take_done(out_dir: Path, header: dict, outcomes: list[Outcome], repeats: int
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise TuneError(f"--resume: cannot read {path} ({exc}).") from None
-    changed = [k for k, v in header.items() if saved.get(k) != v]
+    as_saved = json.loads(json.dumps(header))  # tuples come back as lists
+    changed = [k for k, v in as_saved.items() if saved.get(k) != v]
     if changed:
         raise TuneError(f"--resume: {path} is another sweep ({', '.join(changed)} differ); give the "
                         "same command, or another --out.")
