@@ -245,6 +245,21 @@ def plot_rows(outcomes: list[Outcome], chosen: Optional[Outcome], need: int) -> 
         if o.status != "measured":
             return "failed" if o.status == "failed" else "not run"
         return "eligible" if (o.served_max_model_len or 0) >= need else "too short"
-    return [{"label": o.point.label(), "role": role(o),
+    shared = shared_values(outcomes)
+    def short(point: Point) -> str:
+        """The label without what every point has (the plot's title says that)."""
+        return Point(tuple(v for v in point.values if v not in shared), point.name).label() or "as set"
+    return [{"label": short(o.point), "role": role(o),
              "runs": {f.key: [v for v in map(f.read, o.runs) if v is not None] for f in FIGURES}}
             for o in outcomes]
+
+
+def shared_values(outcomes: list[Outcome]) -> set:
+    """The (setting, value) pairs every point has."""
+    return set.intersection(*(set(o.point.values) for o in outcomes)) if outcomes else set()
+
+
+def shared_label(outcomes: list[Outcome]) -> str:
+    """What every point of the sweep has, for the plot's title."""
+    shared = shared_values(outcomes)
+    return Point(tuple(v for v in outcomes[0].point.values if v in shared)).label() if shared else ""

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from server.loadtest.tune_choice import Outcome, TuneError, plot_rows
+from server.loadtest.tune_choice import Outcome, TuneError, plot_rows, shared_label
 
 RESUMABLE = ("not run", "cut")  # statuses a --resume runs again
 
@@ -60,7 +60,8 @@ def write_final(out_dir: Path, header: dict, outcomes: list[Outcome], chosen: Op
         "chosen_env": chosen.point.env_values() if chosen else None, "explanation": explanation})]
     try:
         from server.loadtest import plots
-        paths.append(plots.plot_tune(plot_rows(outcomes, chosen, need), need, out_dir / "tune.png"))
+        paths.append(plots.plot_tune(plot_rows(outcomes, chosen, need), need, out_dir / "tune.png",
+                                     shared_label(outcomes)))
     except ImportError as exc:
         print(f"[tune] plot skipped ({exc})")
     return paths
