@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from server import cli, env_file
-from server.loadtest import plots, tune_choice, tune_points, tune_results, tune_stats
+from server.loadtest import plots, tune, tune_choice, tune_points, tune_results, tune_stats
 from server.loadtest.stats import LevelSummary
 from server.loadtest.tune_choice import Outcome, Point, TuneError
 from server.settings import load_settings
@@ -308,7 +308,7 @@ def test_write_env_creates_the_file(tmp_path):
 # --- one real sweep ------------------------------------------------------------------------------
 
 @pytest.mark.engine
-def test_real_sweep_on_cpu_repeats_each_point_and_resumes(demo_model, engine_python, tmp_path):
+def test_real_sweep_on_cpu_repeats_each_point_and_resumes_after_its_time_limit(demo_model, engine_python, tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("# mine\nERNIE_MAX_MODEL_LEN=1024\n")
     argv = [
@@ -316,8 +316,15 @@ def test_real_sweep_on_cpu_repeats_each_point_and_resumes(demo_model, engine_pyt
         "--engine-args=--enforce-eager", "--kv-cache-gib", "0.25", "--max-model-len", "512,1024",
         "--vary", "stream_interval=4", "--need-max-model-len", "600", "--concurrency", "2",
         "--num-prompts", "6", "--input-len", "32", "--output-len", "16", "--repeats", "3",
-        "--point-timeout-s", "400", "--total-timeout-s", "900", "--out", str(tmp_path / "tune"),
-        "--write-env", "--env-file", str(env_file)]
+        "--point-timeout-s", "400", "--out", str(tmp_path / "tune"), "--write-env",
+        "--env-file", str(env_file)]
+    # 45 s is less than two points take (a start alone takes 25 s or more here): the sweep
+    # stops with points left, says so with exit code 3, and writes nothing to .env.
+    assert cli.main(argv + ["--total-timeout-s", "45"]) == tune.EXIT_RESUMABLE
+    cut = json.loads((tmp_path / "tune" / "tune.json").read_text())["points"]
+    assert any(p["status"] in ("not run", "cut") for p in cut), cut
+    assert env_file.read_text() == "# mine\nERNIE_MAX_MODEL_LEN=1024\n"
+    argv += ["--total-timeout-s", "900", "--resume"]
     code = cli.main(argv)
     result = json.loads((tmp_path / "tune" / "tune.json").read_text())
     points = result["points"]
@@ -343,6 +350,6 @@ def test_real_sweep_on_cpu_repeats_each_point_and_resumes(demo_model, engine_pyt
     assert not any(_group_alive(p["pid"]) for p in points)
     assert all(port_free("127.0.0.1", p["port"]) for p in points)
     # Going on with a finished sweep starts nothing and makes the same choice.
-    assert cli.main(argv + ["--resume"]) == 0
+    assert cli.main(argv) == 0
     again = json.loads((tmp_path / "tune" / "tune.json").read_text())
     assert again["chosen"] == 1 and [p["runs"] for p in again["points"]] == [p["runs"] for p in points]

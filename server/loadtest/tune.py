@@ -2,9 +2,9 @@
 
 For every point of a sweep (tune_points: memory x max-model-len x batch limits x any
 engine setting given with ``--vary``, and named points such as ``--baseline``) it
-starts vLLM with exactly the command ``up`` would use (engine_args.engine_command),
-waits until it serves, reads from its log the KV pool vLLM made and where its start-up
-time went, sends one unmeasured round of the load so that one-time costs (kernels
+starts vLLM with exactly the command ``up`` would use (tune_engine.start_vllm, the one
+function to swap for a stack that starts its engines its own way), reads from its log
+the KV pool vLLM made and where its start-up time went, sends one unmeasured round of the load so that one-time costs (kernels
 compiled at a new batch size) are paid, then runs the same bench load ``--repeats``
 times, each with prompts of its own (seed + run number, so the prefix cache serves
 none), and stops it.  Each figure is then a spread over the runs, and a difference
@@ -13,9 +13,8 @@ between points is a finding only when their ranges of runs do not overlap
 request the user needs, a tie (noise) going to the cheaper point (tune_choice).
 
 Memory is ``--utilization`` on a GPU and ``--kv-cache-gib`` on a CPU, where
-utilization does not size anything (engine_args).  Each engine runs in its own
-process group with its own log in the results folder and is stopped when its point
-is done: Ctrl-C, SIGTERM, a failed start and the time limits all leave no engine
+utilization does not size anything (engine_args).  Each engine is stopped when its
+point is done: Ctrl-C, SIGTERM, a failed start and the time limits all leave no engine
 behind.  tune.json is written after every point; a sweep stopped by its time limit
 goes on with ``--resume``.  The chosen values go into ``.env`` only with ``--write-env``.
 """
@@ -24,60 +23,48 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import shutil
 import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Optional
+from typing import Optional
 
 from server import env_file
 from server.loadtest import bench, report, tune_results
 from server.loadtest.config import BenchConfig, BenchError, Load
 from server.loadtest.run import run_bench
 from server.loadtest.tune_choice import Outcome, TuneError, choose, explain, render_table
-from server.loadtest.tune_points import batch_list, build_points, float_list, named_point, pairs, with_overrides
+from server.loadtest.tune_engine import (
+    PointFailed,
+    PointStart,
+    RunningEngine,
+    StartEngine,
+    failure_reason,
+    start_vllm,
+)
+from server.loadtest.tune_points import (
+    batch_list,
+    build_points,
+    float_list,
+    named_point,
+    pairs,
+    with_overrides,
+)
 from server.paths import RESULTS_DIR, ROOT
 from server.plan import kv_planner as kp
 from server.plan.device import resolve_device
 from server.plan.model_config import load_shape
-from server.progress import StatusLine, StepFailed
+from server.progress import StepFailed
 from server.settings import Settings, load_settings
-from server.stack import doctor, provision
-from server.stack.engine_args import engine_command
+from server.stack import provision
 from server.stack.model_source import choose_model
-from server.stack.processes import ManagedProcess, free_port
-from server.stack.supervisor import Shutdown, probe_engine, raise_shutdown, wait_until
-from server.stack.vllm_log import START_MARKER, parse_kv_report, read_tail, render_phases, startup_phases
+from server.stack.processes import free_port
+from server.stack.supervisor import Shutdown, raise_shutdown
+from server.stack.vllm_log import parse_kv_report, read_tail, render_phases, startup_phases
 
 EXIT_RESUMABLE = 3              # the time limit left points to run
-
-
-@dataclass
-class RunningEngine:
-    """An engine serving one point, as its starter hands it over."""
-
-    url: str
-    api_key: Optional[str]
-    served: dict            # vLLM's /v1/models entry: id, max_model_len
-    log: Path               # where its start-up is logged
-    pid: Optional[int]
-    startup_s: float
-    alive: Callable[[], bool]
-
-
-class PointFailed(Exception):
-    """The engine of a point did not start or serve; ``reason`` says why."""
-
-    def __init__(self, reason: str, pid: Optional[int] = None):
-        super().__init__(reason)
-        self.reason, self.pid = reason, pid
-
-
-# (point's settings, sweep, point number, seconds it may take) -> the engine, stopped on exit
-StartEngine = Callable[[Settings, "Sweep", int, float], ContextManager[RunningEngine]]
 
 
 @dataclass
@@ -95,7 +82,7 @@ class Sweep:
     deadline: float  # time.monotonic() at which the whole sweep stops
     repeats: int = 3
     settle: int = 0  # requests of the unmeasured round before the runs
-    start_engine: Optional[StartEngine] = None  # None: start_vllm
+    start_engine: StartEngine = start_vllm
     outcomes: list[Outcome] = field(default_factory=list)
 
     def header(self) -> dict:
@@ -104,49 +91,6 @@ class Sweep:
                 "engine_args": self.engine_args, "load": self.load.as_dict(),
                 "repeats": self.repeats, "settle_requests": self.settle,
                 "labels": [o.point.label() for o in self.outcomes]}
-
-
-@contextlib.contextmanager
-def signals_ignored():
-    """A second Ctrl-C must not interrupt the stop that frees the memory."""
-    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
-def failure_reason(log: Path) -> str:
-    lines = read_tail(log)
-    findings = doctor.diagnose(lines, since_last_start=True)
-    if findings:
-        return f"{findings[0].title}: {findings[0].detail}"
-    return " / ".join(l.strip()[-160:] for l in doctor.last_error_lines(lines, 2)) or "no output"
-
-
-@contextlib.contextmanager
-def start_vllm(settings: Settings, sweep_: Sweep, n: int, timeout_s: float) -> Iterator[RunningEngine]:
-    """One vLLM for a point, as `up` starts it, until it answers /health and /v1/models."""
-    command = engine_command(settings, sweep_.model, sweep_.device, sweep_.python)
-    log = sweep_.out_dir / f"point-{n:02d}-engine.log"
-    engine = ManagedProcess("engine", command.argv, log, env=command.env, cwd=ROOT, marker=START_MARKER)
-    status = StatusLine(f"tune {n}/{len(sweep_.outcomes)}")
-    url = settings.engine_base_url
-    try:
-        engine.start()
-        entry = wait_until(lambda: probe_engine(url, settings.api_key_value), lambda: not engine.alive(),
-                           timeout_s, status, lambda: f"starting vLLM, log {log.name}")
-        if not entry:
-            reason = (failure_reason(log) if not engine.alive() else
-                      "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
-            status.done(reason)
-            raise PointFailed(reason, engine.pid)
-        status.done(f"vLLM ready in {status.elapsed:.0f} s")
-        yield RunningEngine(url, settings.api_key_value, entry, log, engine.pid, status.elapsed, engine.alive)
-    finally:
-        with signals_ignored():
-            engine.stop()
 
 
 def point_settings(sweep_: Sweep, outcome: Outcome) -> Settings:
@@ -161,9 +105,11 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
     outcome.port, outcome.runs, outcome.reason = settings.engine_port, [], ""
     deadline = min(time.monotonic() + sweep_.point_timeout_s, sweep_.deadline)
     print(f"[tune] point {n}/{len(sweep_.outcomes)}: {outcome.point.label()}")
-    start = sweep_.start_engine or start_vllm
+    start = PointStart(settings, sweep_.model, sweep_.device, sweep_.python,
+                       sweep_.out_dir / f"point-{n:02d}-engine.log", f"tune {n}/{len(sweep_.outcomes)}",
+                       deadline - time.monotonic())
     try:
-        with start(settings, sweep_, n, deadline - time.monotonic()) as engine:
+        with sweep_.start_engine(start) as engine:
             outcome.pid, outcome.startup_s = engine.pid, engine.startup_s
             outcome.served_max_model_len = int(engine.served.get("max_model_len")
                                                or outcome.point.max_model_len)
@@ -176,7 +122,9 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
             print(render_phases(phases, engine.startup_s))
             measure(n, sweep_, outcome, engine, deadline)
     except PointFailed as exc:
-        outcome.status, outcome.reason, outcome.pid = "failed", exc.reason, exc.pid
+        # A start the sweep's time limit cut short is no failure: --resume runs it again.
+        cut = exc.timed_out and deadline >= sweep_.deadline
+        outcome.status, outcome.reason, outcome.pid = "cut" if cut else "failed", exc.reason, exc.pid
     except BenchError as exc:
         outcome.status, outcome.reason = "failed", str(exc)
 
@@ -206,9 +154,11 @@ def measure(n: int, sweep_: Sweep, outcome: Outcome, engine: RunningEngine, dead
             outcome.status, outcome.reason = "failed", f"vLLM exited under load: {failure_reason(engine.log)}"
             return
         if summary is None or (bounded_by_time and summary.completed < load.load.num_prompts):
-            outcome.status = "cut"
+            by_sweep = deadline >= sweep_.deadline  # else --point-timeout-s: a rerun would not fit either
+            outcome.status = "cut" if by_sweep else "failed"
             outcome.reason = (f"{len(outcome.runs)} of {sweep_.repeats} runs done when the time limit "
-                              "came; --resume runs this point again")
+                              "came" + ("; --resume runs this point again" if by_sweep else
+                                        " (--point-timeout-s)"))
             return
         outcome.runs.append(summary)
 
