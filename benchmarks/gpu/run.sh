@@ -17,13 +17,15 @@
 #          .whl/*.whl && bash benchmarks/gpu/run.sh queue PHASE...
 #   4... carry .gpu/model, .whl: bash benchmarks/gpu/run.sh queue PHASE...  (the same list)
 #
-# Issue #13 (fast single stream, findings that survive a second run), 30 minutes of device
-# time: after the three install calls, two calls of
+# Issue #13 (fast single stream, findings that survive a second run): after the install
+# calls, the same command in each call,
 #   bash benchmarks/gpu/run.sh queue single chat-crowd
-# run both sweeps (each point ~110-150 s: one start, one settling round, 3 runs; a sweep cut
-# by the call's 10 minutes exits 3 and resumes in the next call: `queue` leaves it undone),
-# then one more call finishes whatever is left. `chat-crowd` needs ERNIE_API_SERVERS (the
-# stack's setting); REPEATS, ONE_PROMPTS and LOAD_PROMPTS change the runs' size.
+# runs both sweeps: `single` 7 points of ~100 s (one start, one settling request, 3 runs of
+# 8 replies), `chat-crowd` 6 of ~130 s (one start, one settling round of 256, 3 runs of 768):
+# about 25 minutes in all, three calls. A sweep the call's 10 minutes cut short exits 3, and
+# `queue` leaves it undone, so the next call resumes it (tune --resume) where it stopped.
+# `chat-crowd` needs ERNIE_API_SERVERS (the stack's setting). Less time: REPEATS=2 (no
+# findings then, only means), ONE_PROMPTS, LOAD_PROMPTS; or drop points from the phases.
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
@@ -35,7 +37,7 @@ load=(--concurrency 256 --num-prompts "${LOAD_PROMPTS:-768}" --input-len 1024 --
       --slo-ttft-ms 1000 --slo-tpot-ms 25)
 # One stream, as one chat user sees it: 1,024-token prompt, 512-token reply, 8 requests a run.
 one_stream=(--concurrency 1 --num-prompts "${ONE_PROMPTS:-8}" --input-len 1024 --output-len 512
-            --slo-ttft-ms 1000 --slo-tpot-ms 25 --repeats "${REPEATS:-3}")
+            --slo-ttft-ms 1000 --slo-tpot-ms 25 --repeats "${REPEATS:-3}" --settle-requests 1)
 # A device call may run 600 s: every phase stops in time for the results to come back.
 call_s=${CALL_DEADLINE_S:-570}
 left() { echo $((call_s - SECONDS)); }
@@ -43,8 +45,10 @@ tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point. A sw
           # time cut short exits 3 and goes on (--resume) when the same phase runs again.
     local name=$1; shift
     local resume=(); [ -e "/tmp/res/$name/tune.json" ] && resume=(--resume)
+    # One run without settling, as the phases of 2026-11/12 ran; issue #13's phases say otherwise.
     python3 -m server.cli tune --model .gpu/model --engine-python python3 --device cuda \
         --engine-args "--load-format dummy" --need-max-model-len 2048 "${resume[@]}" \
+        --repeats 1 --settle-requests 0 \
         --point-timeout-s 300 --total-timeout-s "$(( $(left) - 15 ))" --out "/tmp/res/$name" "$@" 2>&1 | tail -n 60
 }
 in_len=512; out_len=128  # the comparison's load, for both tools
@@ -188,20 +192,20 @@ case $phase in
     pack ;;
   # Issue #13, with repeats: each point settles (one unmeasured round), then REPEATS runs of
   # prompts of their own; tune's table gives mean ±sd [min-max] and calls a difference a
-  # finding only when the ranges of runs do not overlap. ~110-150 s a point: each sweep
-  # spans two calls (queue it twice, or in two calls' lists; it resumes itself).
+  # finding only when the ranges of runs do not overlap. A sweep resumes itself in the
+  # next call when this one's time runs out (see the header).
   single)  # one stream, 1,024 in / 512 out: TPOT per option of ERNIE_* "one fast stream"
     tune single "${one_stream[@]}" \
         --point "defaults: performance_mode=balanced" \
         --point "interactivity: performance_mode=interactivity" \
         --point "decode graphs: cudagraph_mode=FULL_DECODE_ONLY" \
         --point "interval 4: stream_interval=4" \
+        --point "interval 16: stream_interval=16" \
         --point "no async: async_scheduling=off" \
-        --point "interactivity, decode graphs: performance_mode=interactivity cudagraph_mode=FULL_DECODE_ONLY" \
-        --point "interactivity, interval 4: performance_mode=interactivity stream_interval=4" ;;
+        --point "all three: performance_mode=interactivity cudagraph_mode=FULL_DECODE_ONLY stream_interval=4" ;;
   chat-crowd) # the chat load (256 users) over API server processes and async scheduling
     tune chat-crowd --vary api_servers=1,2,4 --vary async_scheduling=default,off \
-        --repeats "${REPEATS:-3}" "${load[@]}" ;;
+        --repeats "${REPEATS:-3}" --settle-requests 256 "${load[@]}" ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"

@@ -218,7 +218,8 @@ def render_table(outcomes: list[Outcome], chosen: Optional[Outcome] = None) -> s
                      for f in figures] for o in outcomes}
     widths = [max([len(f"{f.title} {f.unit}")] + [len(cells[id(o)][i]) for o in outcomes])
               for i, f in enumerate(figures)]
-    head = (f"{'#':>2}  {'setting':<44}{'start s':>8}{'KV tokens':>11}{'runs':>5}  "
+    width = max([len("setting")] + [len(o.point.label()) for o in outcomes]) + 2
+    head = (f"{'#':>2}  {'setting':<{width}}{'start s':>8}{'KV tokens':>11}{'runs':>5}  "
             + "  ".join(f"{f.title + ' ' + f.unit:<{w}}" for f, w in zip(figures, widths))
             + "  vs chosen / status")
     lines = [head, "-" * len(head)]
@@ -227,7 +228,7 @@ def render_table(outcomes: list[Outcome], chosen: Optional[Outcome] = None) -> s
                   if chosen is not None and o.goodput and chosen.goodput else "")
         state = "" if o.status == "measured" else f"{o.status}{': ' + o.reason[:120] if o.reason else ''}"
         lines.append(
-            f"{i:>2}  {o.point.label():<44}{num(o.startup_s, '.0f'):>8}{num(o.kv_tokens, ','):>11}"
+            f"{i:>2}  {o.point.label():<{width}}{num(o.startup_s, '.0f'):>8}{num(o.kv_tokens, ','):>11}"
             f"{len(o.runs):>5}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells[id(o)], widths))
             + f"  {versus or state}")
     cached = [o.point.label() for o in outcomes if any(mostly_cached(r) for r in o.runs)]
