@@ -353,3 +353,16 @@ def test_real_sweep_on_cpu_repeats_each_point_and_resumes_after_its_time_limit(d
     assert cli.main(argv) == 0
     again = json.loads((tmp_path / "tune" / "tune.json").read_text())
     assert again["chosen"] == 1 and [p["runs"] for p in again["points"]] == [p["runs"] for p in points]
+
+
+def test_plot_only_redraws_a_saved_sweep(tmp_path, capsys):
+    outcomes = [measured(8192, 6.0, 6.2, 6.4), measured(8192, 4.0, 4.1, 4.2, memory=0.7)]
+    tune_results.write(tmp_path, {}, outcomes, {"chosen": 0, "need_max_model_len": 8192,
+                                                "explanation": "Chosen: len 8192, util 0.9."})
+    assert cli.main(["tune", "--plot-only", str(tmp_path / "tune.json")]) == 0
+    out = capsys.readouterr().out
+    assert "6.20 ±0.20 [6.00-6.40]" in out and "Chosen: len 8192, util 0.9." in out
+    assert (tmp_path / "tune.png").stat().st_size > 0
+    (tmp_path / "bad.json").write_text("{}")
+    assert cli.main(["tune", "--plot-only", str(tmp_path / "bad.json")]) != 0
+    assert "not a tune.json" in capsys.readouterr().err

@@ -247,6 +247,8 @@ def add_parser(sub) -> None:
                       help="unmeasured requests before the runs (default: one round, --concurrency)")
     runs.add_argument("--resume", action="store_true",
                       help="go on with the sweep in --out: run only the points its tune.json lacks")
+    tune.add_argument("--plot-only", type=Path, metavar="TUNE.json",
+                      help="print the table and draw tune.png of a saved sweep; starts nothing")
     tune.add_argument("--need-max-model-len", type=int,
                       help="longest request the choice must serve (default: `plan --from-usage` "
                            "advice when a usage log exists, else ERNIE_MAX_MODEL_LEN)")
@@ -297,6 +299,10 @@ def prepare(args: argparse.Namespace, settings: Settings, device: str) -> tuple[
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.plot_only:
+        for path in tune_results.show(args.plot_only):
+            print(f"wrote {path}")
+        return 0
     settings = load_settings()
     device = args.device or resolve_device(settings)
     try:

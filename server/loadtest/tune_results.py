@@ -1,5 +1,5 @@
-"""tune's results folder: tune.json, written after every point, read back by ``--resume``,
-and the plot.
+"""tune's results folder: tune.json, written after every point, read back by ``--resume``
+and ``--plot-only``, and the plot.
 
 ``tune.json`` holds the sweep's header (what makes it the same sweep: model, device,
 load, repeats, the points' labels), every point's outcome with each run's summary and
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from server.loadtest.tune_choice import Outcome, TuneError, plot_rows, shared_label
+from server.loadtest.tune_choice import Outcome, TuneError, plot_rows, render_table, shared_label
 
 RESUMABLE = ("not run", "cut")  # statuses a --resume runs again
 
@@ -51,6 +51,32 @@ def take_done(out_dir: Path, header: dict, outcomes: list[Outcome], repeats: int
     return sum(o.status not in RESUMABLE for o in outcomes)
 
 
+def show(path: Path) -> list[Path]:
+    """``tune --plot-only``: the table, the explanation and tune.png of a saved sweep, e.g.
+    one run on a GPU machine without matplotlib."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        outcomes = [Outcome.from_dict(p) for p in saved["points"]]
+    except (OSError, ValueError, KeyError) as exc:
+        raise TuneError(f"--plot-only {path}: not a tune.json ({exc}).") from None
+    chosen = outcomes[saved["chosen"]] if saved.get("chosen") is not None else None
+    print(render_table(outcomes, chosen))
+    print("\n" + saved.get("explanation", ""))
+    need = saved.get("need_max_model_len") or 0
+    return plot(outcomes, chosen, need, path.parent)
+
+
+def plot(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, out_dir: Path) -> list[Path]:
+    try:
+        from server.loadtest import plots
+    except ImportError as exc:  # a GPU machine without matplotlib: `tune --plot-only` later
+        print(f"[tune] plot skipped ({exc}); draw it elsewhere with `ernie-chat tune --plot-only "
+              f"{out_dir / 'tune.json'}`")
+        return []
+    return [plots.plot_tune(plot_rows(outcomes, chosen, need), need, out_dir / "tune.png",
+                            shared_label(outcomes))]
+
+
 def write_final(out_dir: Path, header: dict, outcomes: list[Outcome], chosen: Optional[Outcome],
                 need: int, need_source: str, explanation: str) -> list[Path]:
     """tune.json with the choice, and tune.png."""
@@ -58,10 +84,4 @@ def write_final(out_dir: Path, header: dict, outcomes: list[Outcome], chosen: Op
         "need_max_model_len": need, "need_source": need_source,
         "chosen": outcomes.index(chosen) if chosen else None,
         "chosen_env": chosen.point.env_values() if chosen else None, "explanation": explanation})]
-    try:
-        from server.loadtest import plots
-        paths.append(plots.plot_tune(plot_rows(outcomes, chosen, need), need, out_dir / "tune.png",
-                                     shared_label(outcomes)))
-    except ImportError as exc:
-        print(f"[tune] plot skipped ({exc})")
-    return paths
+    return paths + plot(outcomes, chosen, need, out_dir)
