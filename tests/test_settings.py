@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.settings import DEFAULT_MODEL, Settings, SettingsError, env_name, load_settings
+from server.settings import DEFAULT_MODEL, Settings, SettingsError, env_example, env_name, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -264,3 +264,5 @@ def test_env_example_documents_exactly_the_settings_fields():
     fields = {env_name(name) for name in Settings.model_fields}
     assert fields - documented == set(), "settings missing from .env.example"
     assert documented - fields == set(), ".env.example names settings that do not exist"
+    # Exactly what the command writes: descriptions and defaults too, and nothing else.
+    assert text == env_example(), "regenerate: ./scripts/ernie-chat settings --env-example > .env.example"
