@@ -163,8 +163,7 @@ def compared(chosen: Outcome, other: Outcome) -> str:
     a, b = chosen.goodput, other.goodput
     said = verdict(a, b)
     if said == FINDING:
-        side = "every run of the choice beat" if a.mean > b.mean else "every run beat"
-        return (f"a finding ({side} every run of the other; 1 in "
+        return (f"a finding (every run of one beat every run of the other; 1 in "
                 f"{1 / chance_of_finding(a.n, b.n):.0f} by chance alone)")
     if said == NOISE:
         return ("noise (their ranges of runs overlap)" if min(a.n, b.n) > 1

@@ -56,8 +56,8 @@ def with_overrides(settings: Settings, overrides: dict, what: str = "") -> Setti
 
 
 def typed(settings: Settings, name: str, text: str) -> Any:
-    """One value as the setting takes it; ``default`` is the setting's default, which for
-    every engine setting is vLLM's own choice (no flag)."""
+    """One value as the setting takes it; ``default`` is the setting's default (for the
+    batch limits and the one-fast-stream settings: vLLM's own choice, no flag)."""
     if name in TUNE_OWNS:
         flag = TUNE_OWNS[name]
         raise TuneError(f"tune sets {name} itself" + (f": use {flag}" if flag else "") + ".")
