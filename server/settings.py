@@ -27,6 +27,8 @@ DEMO_MODEL = "demo"
 # Without an explicit size vLLM-CPU takes gpu_memory_utilization x the machine's
 # RAM (about 20 GiB on a 24 GiB machine) for its KV pool; on CPU we always size it.
 DEFAULT_CPU_KV_GIB = 1.0
+# n-gram drafts beyond this are hardly ever all accepted; vLLM itself sets no limit.
+MAX_NGRAM_DRAFT_TOKENS = 16
 
 
 class SettingsError(ErnieChatError, ValueError):
@@ -118,6 +120,63 @@ class Settings(BaseSettings):
     max_restarts: int = Field(
         5, ge=0, description="Engine restarts after crashes before the supervisor gives up."
     )
+
+    # --- one fast stream: vLLM's scheduling and CUDA graphs ----------------------------
+    # Each default passes no flag, so vLLM keeps its own choice (docs/notes.md, "Settings
+    # for one fast stream").
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = Field(
+        "balanced",
+        description="vLLM's --performance-mode: interactivity favours one stream's latency (finer "
+        "CUDA graphs, latency kernels), throughput the total tokens/s of many; balanced is "
+        "vLLM's default and passes nothing.",
+    )
+    cudagraph_mode: Literal["auto", "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                            "FULL_AND_PIECEWISE"] = Field(
+        "auto",
+        description="GPU only: which CUDA graphs vLLM captures (-cc.cudagraph_mode); auto keeps "
+        "vLLM's choice. FULL_DECODE_ONLY captures decode graphs only (a shorter start).",
+    )
+    stream_interval: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Tokens vLLM gathers before it sends them on a stream (--stream-interval; "
+        "unset: vLLM's 1, every token at once). More means less work for the API server per "
+        "token and a less smooth stream.",
+    )
+    async_scheduling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="vLLM's async scheduling (--async-scheduling / --no-async-scheduling); auto "
+        "lets vLLM decide (it turns it off with n-gram speculation, and on a CPU).",
+    )
+    speculative_ngram: Literal["off"] | int = Field(
+        "off",
+        description="n-gram speculative decoding: off, or the number of draft tokens (1-16) "
+        "vLLM proposes from text already in the request (--speculative-config, method ngram). "
+        "Pays off only when replies repeat their context; turns async scheduling off.",
+    )
+
+    @field_validator("speculative_ngram", mode="before")
+    @classmethod
+    def _ngram_is_off_or_a_count(cls, value: object) -> object:
+        text = str(value).strip().lower()
+        if text in ("off", ""):
+            return "off"
+        if not text.isdigit() or not 1 <= int(text) <= MAX_NGRAM_DRAFT_TOKENS:
+            raise ValueError(f"must be off or a whole number of draft tokens from 1 to "
+                             f"{MAX_NGRAM_DRAFT_TOKENS} (3 is a common start)")
+        return int(text)
+
+    @model_validator(mode="after")
+    def _single_stream_settings_agree(self) -> "Settings":
+        if self.async_scheduling == "on" and self.speculative_ngram != "off":
+            raise ValueError(f"ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM="
+                             f"{self.speculative_ngram} cannot go together: vLLM refuses async "
+                             "scheduling with n-gram speculation. "
+                             "Set ERNIE_ASYNC_SCHEDULING=auto or off, or ERNIE_SPECULATIVE_NGRAM=off")
+        if self.enforce_eager and self.cudagraph_mode not in ("auto", "NONE"):
+            raise ValueError(f"ERNIE_CUDAGRAPH_MODE={self.cudagraph_mode} asks for CUDA graphs, "
+                             "which ERNIE_ENFORCE_EAGER=true turns off: unset one of them")
+        return self
 
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
