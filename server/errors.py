@@ -13,6 +13,8 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ├── ChatDbError          server.chat_db: the saved-chats database cannot be used
     ├── ModelConfigNotFound  server.plan.model_config: no config.json for the model
     ├── StepFailed           server.progress: a set-up step (pip, the demo build) failed
+    │   └── TorchNotFound    server.stack.provision: no index has the pinned CPU torch
+    ├── EngineUnsupported    server.stack.platforms: no vLLM build for this machine
     ├── StartupFailed        server.stack.engine_tier: the stack could not start
     └── LoadTestError        server.loadtest: a bench, tune or qa-load that cannot run
         ├── BenchError

@@ -34,6 +34,11 @@ class EngineMetrics:
     ttft: tuple[float, int] = (0.0, 0)
     e2e: tuple[float, int] = (0.0, 0)
     queue: tuple[float, int] = (0.0, 0)  # waiting for a place in the running batch
+    # Speculative decoding (counters since start): drafting steps, tokens proposed, tokens
+    # accepted (vLLM's v1/spec_decode/metrics.py; docs/notes.md).
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
     @property
     def ttft_avg_s(self) -> Optional[float]:
@@ -78,6 +83,9 @@ def parse_metrics(text: str) -> EngineMetrics:
         ttft=histogram("vllm:time_to_first_token_seconds"),
         e2e=histogram("vllm:e2e_request_latency_seconds"),
         queue=histogram("vllm:request_queue_time_seconds"),
+        spec_drafts=int(sums.get("vllm:spec_decode_num_drafts_total", 0)),
+        spec_draft_tokens=int(sums.get("vllm:spec_decode_num_draft_tokens_total", 0)),
+        spec_accepted_tokens=int(sums.get("vllm:spec_decode_num_accepted_tokens_total", 0)),
     )
 
 
@@ -85,6 +93,17 @@ def mean_between(before: tuple[float, int], after: tuple[float, int]) -> Optiona
     """The mean of a histogram's observations made between two readings of it."""
     count = after[1] - before[1]
     return (after[0] - before[0]) / count if count > 0 else None
+
+
+def acceptance_between(before: EngineMetrics, after: EngineMetrics) -> tuple[Optional[float], Optional[float]]:
+    """Speculative decoding between two readings: (share of draft tokens accepted, mean
+    acceptance length = tokens per drafting step, 1 + accepted / drafts); Nones without drafts."""
+    drafted = after.spec_draft_tokens - before.spec_draft_tokens
+    drafts = after.spec_drafts - before.spec_drafts
+    if drafted <= 0 or drafts <= 0:
+        return None, None
+    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    return accepted / drafted, 1 + accepted / drafts
 
 
 def read_counters(path: Path) -> dict[str, dict]:

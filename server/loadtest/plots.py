@@ -69,24 +69,38 @@ def distributions(result: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_tune(points: list[dict], need: int, path: Path) -> Path:
-    """Goodput of every sweep point; the chosen one green, ones that cannot serve the need grey."""
+def plot_tune(points: list[dict], need: int, path: Path, shared: str = "") -> Path:
+    """One panel per figure: each point's mean as a bar with its standard deviation as an
+    error bar and every run as a dot; the chosen point green, ones that cannot serve the
+    need grey. ``shared``: what every point has (their labels leave it out)."""
+    from server.loadtest.tune_stats import FIGURES, spread
     colors = {"chosen": "tab:green", "eligible": "tab:blue", "too short": "tab:gray",
               "failed": "tab:red", "not run": "lightgray"}
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(points) + 2), 5))
+    figures = [f for f in FIGURES if any(p["runs"][f.key] for p in points)] or list(FIGURES[:1])
+    panel_width = max(3.0, 0.4 * len(points) + 1.2)
+    fig, axes = plt.subplots(1, len(figures), squeeze=False,
+                             figsize=(panel_width * len(figures) + 1.5, 5))
     labels = [p["label"] for p in points]
-    heights = [p["goodput"] or 0.0 for p in points]
-    ax.bar(range(len(points)), heights, color=[colors[p["role"]] for p in points])
-    for i, point in enumerate(points):
-        if point["role"] in ("failed", "not run"):
-            ax.annotate(point["role"], (i, 0), ha="center", va="bottom", rotation=90, fontsize=8)
-    ax.set_xticks(range(len(points)), labels, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("goodput (requests/s)")
-    ax.set_title(f"tune: goodput per setting (the choice must serve {need} tokens)")
+    for ax, figure in zip(axes[0], figures):
+        for i, point in enumerate(points):
+            runs = point["runs"][figure.key]
+            s = spread(runs)
+            if s is None:
+                if point["role"] in ("failed", "not run"):
+                    ax.annotate(point["role"], (i, 0), ha="center", va="bottom", rotation=90, fontsize=8)
+                continue
+            ax.bar(i, s.mean, color=colors[point["role"]], alpha=0.75,
+                   yerr=s.sd if s.n > 1 else None, capsize=4)
+            ax.plot([i] * len(runs), runs, "o", color="black", markersize=3)
+        ax.set_xticks(range(len(points)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_title(f"{figure.title} ({figure.unit})", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
     roles = [r for r in colors if any(p["role"] == r for p in points)]
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in roles], labels=roles,
-              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in roles],
+                       labels=roles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    every = f"every point: {shared}; " if shared else ""
+    fig.suptitle(f"tune: mean of the runs, error bar 1 sd, dots the runs ({every}the choice must "
+                 f"serve {need} tokens)", fontsize=10)
     return _save(fig, path)
 
 

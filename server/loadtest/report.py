@@ -60,6 +60,11 @@ def render(result: BenchResult) -> str:
             lines.append(f"{level.concurrency:>5}  {one_decimal(s.server_ttft_ms_mean):>12} / "
                          f"{one_decimal(s.ttft_ms.mean):<12}  {one_decimal(s.server_queue_ms_mean):>9}  "
                          f"{one_decimal(s.server_e2e_ms_mean):>11} / {one_decimal(s.e2e_ms.mean):<12}")
+    for level in result.levels:
+        if (rate := level.summary.spec_acceptance_rate) is not None:
+            lines.append(f"speculative decoding at concurrency {level.concurrency}: {rate:.1%} of "
+                         f"draft tokens accepted, {level.summary.spec_acceptance_length:.2f} tokens "
+                         "per drafting step")
     if any(mostly_cached(l.summary) for l in result.levels):
         lines.append("WARNING: the server's prefix cache served many prompt tokens: TTFT is that "
                      "of cached prompts, not of new ones.")

@@ -134,6 +134,8 @@ class LevelSummary:
     server_ttft_ms_mean: Optional[float] = None
     server_e2e_ms_mean: Optional[float] = None
     server_queue_ms_mean: Optional[float] = None
+    spec_acceptance_rate: Optional[float] = None    # draft tokens accepted / proposed
+    spec_acceptance_length: Optional[float] = None  # tokens per drafting step
     client_cpu_fraction: float = 0.0
     not_sent: int = 0
 

@@ -74,14 +74,15 @@ async def server_counters(cfg: BenchConfig) -> Optional[EngineMetrics]:
 
 def add_server_view(summary: LevelSummary, before: Optional[EngineMetrics],
                     after: Optional[EngineMetrics]) -> None:
-    """What the engine itself measured during a level: prefix-cache hits and its latencies.
+    """What the engine itself measured during a level: prefix-cache hits, its latencies and
+    how many speculative draft tokens it accepted.
 
     Next to the client's figures they split a request's time between the engine and the
     HTTP front end, which is what decides whether tuning the engine can help.
     """
     if before is None or after is None:
         return
-    from server.metrics import mean_between
+    from server.metrics import acceptance_between, mean_between
     to_ms = lambda s: None if s is None else s * 1000
     summary.prefix_cache_hit_rate = hit_rate(
         (before.prefix_cache_queries, before.prefix_cache_hits),
@@ -89,6 +90,7 @@ def add_server_view(summary: LevelSummary, before: Optional[EngineMetrics],
     summary.server_ttft_ms_mean = to_ms(mean_between(before.ttft, after.ttft))
     summary.server_e2e_ms_mean = to_ms(mean_between(before.e2e, after.e2e))
     summary.server_queue_ms_mean = to_ms(mean_between(before.queue, after.queue))
+    summary.spec_acceptance_rate, summary.spec_acceptance_length = acceptance_between(before, after)
 
 
 def mostly_cached(summary: LevelSummary) -> bool:

@@ -1,7 +1,8 @@
 """The stack: what ``ernie-chat up`` runs and keeps running.
 
 ``supervisor`` starts vLLM (``engine_args`` builds its command, ``provision``
-its environment and the ``demo_model``, ``model_source`` picks the model),
+its environment, on the machines ``platforms`` says it installs on, and the
+``demo_model``, ``model_source`` picks the model),
 waits for it, starts the Chainlit app, restarts either when it dies
 (``processes``), and explains failures from vLLM's log (``vllm_log``,
 ``doctor``).  It imports the planner (for pre-flight checks) and the shared

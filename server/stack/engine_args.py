@@ -12,6 +12,7 @@ balancer listens where the engine would (``server.stack.topology``).
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,9 @@ class EngineCopy:
     def only(cls, settings: Settings, api_servers: int = 1) -> "EngineCopy":
         """The single engine of a machine without copies, where the settings say."""
         return cls(settings.engine_host, settings.engine_port, api_servers)
+# n-gram speculation matches the last 2 to 4 tokens against the request's earlier text
+# (vLLM's own example uses 4 as the longest; docs/notes.md).
+NGRAM_LOOKUP_MAX, NGRAM_LOOKUP_MIN = 4, 2
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,19 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         argv += ["--max-num-seqs", str(settings.max_num_seqs)]
     if settings.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
+    # One fast stream (settings.py): each flag only when set, else vLLM keeps its own choice.
+    if settings.performance_mode != "balanced":
+        argv += ["--performance-mode", settings.performance_mode]
+    if device == "cuda" and settings.cudagraph_mode != "auto":
+        argv.append(f"-cc.cudagraph_mode={settings.cudagraph_mode}")
+    if settings.stream_interval is not None:
+        argv += ["--stream-interval", str(settings.stream_interval)]
+    if settings.async_scheduling != "auto":
+        argv.append("--async-scheduling" if settings.async_scheduling == "on" else "--no-async-scheduling")
+    if settings.speculative_ngram != "off":
+        argv += ["--speculative-config", json.dumps({
+            "method": "ngram", "num_speculative_tokens": settings.speculative_ngram,
+            "prompt_lookup_max": NGRAM_LOOKUP_MAX, "prompt_lookup_min": NGRAM_LOOKUP_MIN})]
     if settings.api_key_value:
         # vLLM reads VLLM_API_KEY itself; keeping the key out of argv keeps it out of
         # `ps`, our logs and vLLM's own "non-default args" line.

