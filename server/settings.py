@@ -10,13 +10,13 @@ names the variable, the value and what is allowed.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server import settings_rules as rules
 from server import settings_text
 from server.errors import ErnieChatError
 from server.settings_text import ENV_PREFIX, env_name
@@ -28,7 +28,6 @@ DEMO_MODEL = "demo"
 # RAM (about 20 GiB on a 24 GiB machine) for its KV pool; on CPU we always size it.
 DEFAULT_CPU_KV_GIB = 1.0
 # n-gram drafts beyond this are hardly ever all accepted; vLLM itself sets no limit.
-MAX_NGRAM_DRAFT_TOKENS = 16
 
 
 class SettingsError(ErnieChatError, ValueError):
@@ -60,7 +59,7 @@ class Settings(BaseSettings):
     )
 
     # --- the engine (vLLM) -------------------------------------------------
-    engine_url: Optional[str] = Field(
+    engine_url: Annotated[Optional[str], BeforeValidator(rules.engine_url)] = Field(
         None,
         description="Use an OpenAI-compatible server that is already running (e.g. "
         "http://gpu-box:8000) instead of starting vLLM here.",
@@ -74,7 +73,7 @@ class Settings(BaseSettings):
         "auto", description="auto picks cuda when an NVIDIA GPU is present, else cpu."
     )
     engine_venv: Path = Field(Path(".venv-engine"), description="The engine's own environment.")
-    torch_index_url: str = Field(
+    torch_index_url: Annotated[str, AfterValidator(rules.index_url)] = Field(
         "https://download.pytorch.org/whl/cpu",
         description="Package index (PEP 503) the CPU build of torch is installed from when "
         "the indexes pip is configured with do not have it (PyPI does not).",
@@ -85,7 +84,7 @@ class Settings(BaseSettings):
     max_model_len: int = Field(
         8192, gt=0, description="Longest request (prompt + reply) in tokens: --max-model-len."
     )
-    gpu_memory_utilization: float = Field(
+    gpu_memory_utilization: Annotated[float, AfterValidator(rules.utilization)] = Field(
         0.90,
         description="Fraction of the GPU's TOTAL memory this vLLM may take (weights, "
         "activations, CUDA graphs and KV cache): --gpu-memory-utilization, in (0, 1].",
@@ -111,7 +110,7 @@ class Settings(BaseSettings):
     max_num_batched_tokens: Optional[int] = Field(
         None, ge=1, description="Token budget of one scheduler step: --max-num-batched-tokens."
     )
-    extra_engine_args: str = Field(
+    extra_engine_args: Annotated[str, AfterValidator(rules.shell_words)] = Field(
         "", description="More vLLM flags, shell-quoted, appended as they are."
     )
     startup_timeout_s: float = Field(
@@ -204,35 +203,12 @@ class Settings(BaseSettings):
         description="vLLM's async scheduling (--async-scheduling / --no-async-scheduling); auto "
         "lets vLLM decide (it turns it off with n-gram speculation, and on a CPU).",
     )
-    speculative_ngram: Literal["off"] | int = Field(
+    speculative_ngram: Annotated[Literal["off"] | int, BeforeValidator(rules.ngram_draft_tokens)] = Field(
         "off",
         description="n-gram speculative decoding: off, or the number of draft tokens (1-16) "
         "vLLM proposes from text already in the request (--speculative-config, method ngram). "
         "Pays off only when replies repeat their context; turns async scheduling off.",
     )
-
-    @field_validator("speculative_ngram", mode="before")
-    @classmethod
-    def _ngram_is_off_or_a_count(cls, value: object) -> object:
-        text = str(value).strip().lower()
-        if text in ("off", ""):
-            return "off"
-        if not text.isdigit() or not 1 <= int(text) <= MAX_NGRAM_DRAFT_TOKENS:
-            raise ValueError(f"must be off or a whole number of draft tokens from 1 to "
-                             f"{MAX_NGRAM_DRAFT_TOKENS} (3 is a common start)")
-        return int(text)
-
-    @model_validator(mode="after")
-    def _single_stream_settings_agree(self) -> "Settings":
-        if self.async_scheduling == "on" and self.speculative_ngram != "off":
-            raise ValueError(f"ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM="
-                             f"{self.speculative_ngram} cannot go together: vLLM refuses async "
-                             "scheduling with n-gram speculation. "
-                             "Set ERNIE_ASYNC_SCHEDULING=auto or off, or ERNIE_SPECULATIVE_NGRAM=off")
-        if self.enforce_eager and self.cudagraph_mode not in ("auto", "NONE"):
-            raise ValueError(f"ERNIE_CUDAGRAPH_MODE={self.cudagraph_mode} asks for CUDA graphs, "
-                             "which ERNIE_ENFORCE_EAGER=true turns off: unset one of them")
-        return self
 
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
@@ -243,13 +219,13 @@ class Settings(BaseSettings):
     temperature: float = Field(0.7, ge=0, le=2, description="Default sampling temperature.")
     top_p: float = Field(0.9, gt=0, le=1, description="Default nucleus sampling top_p.")
     max_tokens: int = Field(512, ge=1, description="Default longest reply, in tokens.")
-    chat_db: Optional[str] = Field(
+    chat_db: Annotated[Optional[str], BeforeValidator(rules.chat_db)] = Field(
         None,
         description="Saved chats: a SQLite file (data/chats.db), or a PostgreSQL URL "
         "(postgresql://user:password@host:5432/chats) that several app workers or machines "
         "share. Turns on login and the chat history sidebar; needs ERNIE_USERS.",
     )
-    users: Optional[SecretStr] = Field(
+    users: Annotated[Optional[SecretStr], AfterValidator(rules.user_pairs)] = Field(
         None, description="Who may log in: user:password pairs, comma-separated (alice:pw1,bob:pw2)."
     )
     usage_log: Path = Field(
@@ -263,92 +239,10 @@ class Settings(BaseSettings):
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
     )
 
-    @field_validator("gpu_memory_utilization")
-    @classmethod
-    def _utilization_in_range(cls, value: float) -> float:
-        # pydantic's gt/le would say "greater than 0"; the operator needs to know why.
-        if not 0 < value <= 1:
-            raise ValueError(
-                "must be greater than 0 and at most 1: it is the fraction of the GPU's total "
-                "memory vLLM may use (0.9 leaves about 10% for other programs)"
-            )
-        return value
-
-    @field_validator("extra_engine_args")
-    @classmethod
-    def _extra_args_parse(cls, value: str) -> str:
-        try:
-            shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"is not valid shell quoting ({exc})") from exc
-        return value
-
-    @field_validator("engine_url")
-    @classmethod
-    def _engine_url_is_http(cls, value: Optional[str]) -> Optional[str]:
-        if value in (None, ""):
-            return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
-        return value.rstrip("/").removesuffix("/v1")
-
-    @field_validator("chat_db", mode="before")
-    @classmethod
-    def _chat_db_is_a_path_or_postgres(cls, value):
-        if value in (None, ""):
-            return None
-        text = str(value)
-        if "://" in text and not text.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
-            raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
-                             "(postgresql://user:password@host:5432/dbname)")
-        return text
-
-    @field_validator("torch_index_url")
-    @classmethod
-    def _index_is_a_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://", "file://")):
-            raise ValueError("must be a package index URL starting with http://, https:// or "
-                             "file:// (e.g. https://download.pytorch.org/whl/cpu)")
-        return value
-
-    @field_validator("users")
-    @classmethod
-    def _users_are_pairs(cls, value: Optional[SecretStr]) -> Optional[SecretStr]:
-        if value is None or not value.get_secret_value().strip():
-            return None
-        for pair in value.get_secret_value().split(","):
-            name, sep, password = pair.strip().partition(":")
-            if not (sep and name.strip() and password):
-                # Never echo the value: it holds passwords.
-                raise ValueError("must be user:password pairs separated by commas, "
-                                 "e.g. alice:pw1,bob:pw2 (a pair is missing its name or password)")
-        return value
-
     @model_validator(mode="after")
-    def _data_parallel_is_coherent(self) -> "Settings":
-        local = self.data_parallel_size_local
-        if local is not None and local > self.data_parallel_size:
-            raise ValueError(f"ERNIE_DATA_PARALLEL_SIZE_LOCAL={local} is more than "
-                             f"ERNIE_DATA_PARALLEL_SIZE={self.data_parallel_size}: the local copies "
-                             "are part of all copies")
-        spans_machines = local is not None and local < self.data_parallel_size
-        if spans_machines and not self.data_parallel_address:
-            raise ValueError("copies on several machines (ERNIE_DATA_PARALLEL_SIZE_LOCAL < "
-                             "ERNIE_DATA_PARALLEL_SIZE) need ERNIE_DATA_PARALLEL_ADDRESS: the head's "
-                             "address, reachable from the other machines")
-        if self.node_role == "engines":
-            if not spans_machines or self.data_parallel_start_rank is None:
-                raise ValueError("ERNIE_NODE_ROLE=engines runs copies for a head elsewhere: set "
-                                 "ERNIE_DATA_PARALLEL_SIZE (all copies), ERNIE_DATA_PARALLEL_SIZE_LOCAL "
-                                 "(this machine's), ERNIE_DATA_PARALLEL_START_RANK and "
-                                 "ERNIE_DATA_PARALLEL_ADDRESS (the head)")
-        return self
-
-    @model_validator(mode="after")
-    def _saved_chats_need_users(self) -> "Settings":
-        if self.chat_db is not None and self.users is None:
-            raise ValueError("ERNIE_CHAT_DB turns on saved chats, which need a login: "
-                             "set ERNIE_USERS=name:password (comma-separated for several)")
+    def _settings_agree(self) -> "Settings":
+        if problems := rules.disagreements(self):
+            raise ValueError("; ".join(problems))
         return self
 
     @property

@@ -1,0 +1,113 @@
+"""What makes a setting valid, in words the person who set it understands.
+
+The Settings class (server/settings.py) attaches these checks to its fields and
+runs ``disagreements`` over the whole; each raises or returns a message that
+names the variable, what is wrong, and what to set instead.  Pure functions:
+each is tested with the values a user would type.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Optional
+
+from pydantic import SecretStr
+
+MAX_NGRAM_DRAFT_TOKENS = 16
+POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+
+
+def utilization(value: float) -> float:
+    # pydantic's gt/le would say "greater than 0"; the operator needs to know why.
+    if not 0 < value <= 1:
+        raise ValueError("must be greater than 0 and at most 1: it is the fraction of the GPU's "
+                         "total memory vLLM may use (0.9 leaves about 10% for other programs)")
+    return value
+
+
+def shell_words(value: str) -> str:
+    try:
+        shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"is not valid shell quoting ({exc})") from exc
+    return value
+
+
+def engine_url(value: Optional[str]) -> Optional[str]:
+    if value in (None, ""):
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
+    return value.rstrip("/").removesuffix("/v1")
+
+
+def chat_db(value) -> Optional[str]:
+    if value in (None, ""):
+        return None
+    text = str(value)
+    if "://" in text and not text.startswith(POSTGRES_PREFIXES):
+        raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
+                         "(postgresql://user:password@host:5432/dbname)")
+    return text
+
+
+def index_url(value: str) -> str:
+    if not value.startswith(("http://", "https://", "file://")):
+        raise ValueError("must be a package index URL starting with http://, https:// or "
+                         "file:// (e.g. https://download.pytorch.org/whl/cpu)")
+    return value
+
+
+def user_pairs(value: Optional[SecretStr]) -> Optional[SecretStr]:
+    if value is None or not value.get_secret_value().strip():
+        return None
+    for pair in value.get_secret_value().split(","):
+        name, sep, password = pair.strip().partition(":")
+        if not (sep and name.strip() and password):
+            # Never echo the value: it holds passwords.
+            raise ValueError("must be user:password pairs separated by commas, "
+                             "e.g. alice:pw1,bob:pw2 (a pair is missing its name or password)")
+    return value
+
+
+def ngram_draft_tokens(value: object) -> object:
+    text = str(value).strip().lower()
+    if text in ("off", ""):
+        return "off"
+    if not text.isdigit() or not 1 <= int(text) <= MAX_NGRAM_DRAFT_TOKENS:
+        raise ValueError(f"must be off or a whole number of draft tokens from 1 to "
+                         f"{MAX_NGRAM_DRAFT_TOKENS} (3 is a common start)")
+    return int(text)
+
+
+def disagreements(s) -> list[str]:
+    """Settings that are each valid but cannot go together, one sentence each."""
+    found = []
+    if s.async_scheduling == "on" and s.speculative_ngram != "off":
+        found.append(f"ERNIE_ASYNC_SCHEDULING=on and ERNIE_SPECULATIVE_NGRAM={s.speculative_ngram} "
+                     "cannot go together: vLLM refuses async scheduling with n-gram speculation. "
+                     "Set ERNIE_ASYNC_SCHEDULING=auto or off, or ERNIE_SPECULATIVE_NGRAM=off")
+    if s.enforce_eager and s.cudagraph_mode not in ("auto", "NONE"):
+        found.append(f"ERNIE_CUDAGRAPH_MODE={s.cudagraph_mode} asks for CUDA graphs, which "
+                     "ERNIE_ENFORCE_EAGER=true turns off: unset one of them")
+    if s.chat_db is not None and s.users is None:
+        found.append("ERNIE_CHAT_DB turns on saved chats, which need a login: set "
+                     "ERNIE_USERS=name:password (comma-separated for several)")
+    return found + data_parallel_disagreements(s)
+
+
+def data_parallel_disagreements(s) -> list[str]:
+    local = s.data_parallel_size_local
+    if local is not None and local > s.data_parallel_size:
+        return [f"ERNIE_DATA_PARALLEL_SIZE_LOCAL={local} is more than ERNIE_DATA_PARALLEL_SIZE="
+                f"{s.data_parallel_size}: the local copies are part of all copies"]
+    spans_machines = local is not None and local < s.data_parallel_size
+    if spans_machines and not s.data_parallel_address:
+        return ["copies on several machines (ERNIE_DATA_PARALLEL_SIZE_LOCAL < "
+                "ERNIE_DATA_PARALLEL_SIZE) need ERNIE_DATA_PARALLEL_ADDRESS: the head's address, "
+                "reachable from the other machines"]
+    if s.node_role == "engines" and (not spans_machines or s.data_parallel_start_rank is None):
+        return ["ERNIE_NODE_ROLE=engines runs copies for a head elsewhere: set "
+                "ERNIE_DATA_PARALLEL_SIZE (all copies), ERNIE_DATA_PARALLEL_SIZE_LOCAL (this "
+                "machine's), ERNIE_DATA_PARALLEL_START_RANK and ERNIE_DATA_PARALLEL_ADDRESS (the head)"]
+    return []
