@@ -32,7 +32,8 @@ from server.stack.engine_args import EngineCopy, engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, last_log_line, probe_engine, wait_until
-from server.stack.vllm_log import api_server_count, engines_ready, parse_kv_report, read_tail
+from server.stack.vllm_log import (api_server_count, engines_ready, parse_kv_report, read_tail,
+                                   render_phases, startup_phases)
 
 # A live engine that fails every /health probe this long is hung (e.g. SIGSTOP, a
 # deadlocked GPU): probing every 5 s with a 3 s timeout.
@@ -60,6 +61,7 @@ class EngineProcess:
         self.copy, self.proc, self.api_key = copy, proc, api_key
         self._last_probe = 0.0
         self._unhealthy_since: Optional[float] = None
+        self.startup_s = 0.0
 
     @property
     def url(self) -> str:
@@ -88,8 +90,9 @@ class EngineProcess:
         self._unhealthy_since = self._unhealthy_since or now
         return now - self._unhealthy_since >= HUNG_AFTER_S
 
-    def mark_started(self) -> None:
+    def mark_started(self, took_s: float) -> None:
         self._unhealthy_since = None
+        self.startup_s = took_s
 
 
 def copy_log_path(main_log: Path, copy: EngineCopy) -> Path:
@@ -173,7 +176,7 @@ class EngineTier:
             self.stop()
             raise StartupFailed(self.explain_failure(engine, f"vLLM {reason}."))
         status.done(f"vLLM ready at {engine.url}")
-        engine.mark_started()
+        engine.mark_started(status.elapsed)
         self.info = EngineInfo(entry.get("id", s.served_model_name), self.is_demo,
                                int(entry.get("max_model_len") or s.max_model_len))
         return self.info
@@ -201,6 +204,10 @@ class EngineTier:
         first = self.engines[0]
         lines = read_tail(first.log_path)
         kv = parse_kv_report(lines)
+        phases = startup_phases(lines)
+        if phases:
+            self.out("\n".join("[engine] " + line for line in
+                               render_phases(phases, first.startup_s).splitlines()))
         self.out(f"[engine] max-model-len {self.info.max_model_len} tokens")
         if kv.kv_tokens is not None:
             memory = f" in {kv.kv_memory_gib:.2f} GiB" if kv.kv_memory_gib else ""

@@ -116,12 +116,16 @@ class Stack:
             raise StartupFailed("\n".join(problems))
 
     # --- the tiers -------------------------------------------------------------
-    def start_engine(self) -> EngineInfo:
+    def start_engine(self, while_it_loads: Optional[Callable[[], None]] = None) -> EngineInfo:
+        """Start the engine copies and wait until they serve; ``while_it_loads`` runs first
+        thing after the set-up, so that what does not need the engine starts meanwhile."""
         topology = self.topology or self.plan()
         copies = topology.copies if self.settings.starts_engine else ()
         self.engines = EngineTier(self.settings, copies, topology.device, self.root,
                                   self.log_path, self.out)
         self.engines.prepare()
+        if while_it_loads:
+            while_it_loads()
         self.info = self.engines.start_all()
         self.engines.report()
         return self.info
@@ -155,12 +159,18 @@ class Stack:
         t = self.topology
         return (t.app_host, t.app_port) if t.balanced_app else (t.engine_host, t.engine_port)
 
-    def start_app(self) -> None:
+    def launch_app(self) -> None:
+        """The Chainlit workers' processes, started without waiting: they need the engine
+        only when the first chat opens, so they load while it does."""
         topology = self.topology or self.plan()
         self.apps = AppTier(self.settings, topology.worker_host, topology.worker_ports,
                             self.settings.engine_base_url, self.root, self.log_path, self.out)
         for worker in self.apps.workers:
             worker.proc.start()
+
+    def start_app(self) -> None:
+        if self.apps is None:
+            self.launch_app()
         if self.settings.warmup and self.engines and self.settings.node_role == "head":
             # The workers start meanwhile: the warm-up costs the user no time of its own.
             warmup.run(self.settings, [e.url for e in self.engines.engines], self.info, self.out)
@@ -172,15 +182,28 @@ class Stack:
             raise StartupFailed(f"{self.settings.app_url} does not answer through HAProxy")
 
     def start(self) -> None:
+        """Everything, in order; then one line that says where the start-up time went."""
+        took = {}
+        mark = time.monotonic()
+
+        def lap(name: str) -> None:
+            nonlocal mark
+            took[name], mark = time.monotonic() - mark, time.monotonic()
         self.secure_exposed_engine()
         self.out(f"[stack] {self.plan().describe()}")
         self.check_before_start()
+        lap("checks")
         if self.settings.starts_engine:
-            self.start_engine()
+            self.start_engine(while_it_loads=self.launch_app)
+            lap("engine (the app loading meanwhile)")
         else:
             self.out(f"[engine] using the server at {self.settings.engine_url} (not started here)")
         self.start_balancer()
+        lap("balancer")
         self.start_app()
+        lap("app and warm-up")
+        self.out(f"[start-up] {sum(took.values()):.0f} s: " + ", ".join(
+            f"{name} {seconds:.1f} s" for name, seconds in took.items() if seconds >= 0.05))
 
     # --- keeping it up -----------------------------------------------------------
     def children(self) -> list[Child]:
