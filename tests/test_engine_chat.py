@@ -129,6 +129,28 @@ async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, cli
     assert generated < (TEST_MAX_MODEL_LEN - 64) / 2, f"{generated} tokens generated after Stop"
 
 
+async def test_the_same_seed_gives_the_same_reply(engine, client):
+    """QA's reproducible replies: the panel's seed goes to vLLM with the request (extra_body)."""
+    from app.chat_settings import ChatParams, sampling_extra
+    settings, _ = engine
+    messages = [{"role": "user", "content": "Tell me about the weather."}]
+
+    async def reply(seed):
+        params = ChatParams("", temperature=1.0, top_p=1.0, max_tokens=32, seed=seed)
+        stats = ec.ReplyStats()
+        pieces = [p async for p in ec.stream_reply(
+            client, settings.served_model_name, messages, stats, temperature=params.temperature,
+            top_p=params.top_p, max_tokens=params.max_tokens, extra_body=sampling_extra(params, True))]
+        assert stats.completion_tokens == 32
+        return "".join(pieces)
+
+    first, again, other = await reply(1234), await reply(1234), await reply(4321)
+    assert first == again, "the same seed, prompt and settings gave different replies"
+    assert first != other, "a different seed gave the same reply"
+    unseeded = {await reply(None) for _ in range(3)}
+    assert len(unseeded) > 1, "without a seed the replies should differ (temperature 1.0)"
+
+
 async def test_prompt_too_long_error_is_classified(engine, client):
     settings, _ = engine
     with pytest.raises(Exception) as info:
