@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import aclosing
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -274,20 +273,8 @@ async def show_status() -> None:
 
 
 async def send_export() -> None:
-    conversation: Conversation = cl.user_session.get("conversation")
-    if not conversation.turns:
-        await notice(text(lang(), "export_empty"))
-        return
-    params: ChatParams = cl.user_session.get("params")
     model = (cl.user_session.get("engine_model") or (SETTINGS.served_model_name,))[0]
-    when = datetime.now(timezone.utc)
-    stem = export.file_stem(when)
-    files = [cl.File(name=f"{stem}.md", mime="text/markdown", display="inline",
-                     content=export.as_markdown(conversation, params, model, when, lang()).encode()),
-             cl.File(name=f"{stem}.json", mime="application/json", display="inline",
-                     content=export.as_json(conversation, params, model, when).encode())]
-    await cl.Message(content=text(lang(), "exported", turns=len(conversation.turns)),
-                     elements=files, metadata={"kind": "export"}).send()
+    await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
 
 
 @cl.on_stop

@@ -4,13 +4,16 @@ Both hold what the model saw (the conversation's turns, as app/history.py keeps
 them: a regenerated reply replaces the old one, an edit forgets what came after),
 the settings that shaped the replies and each reply's figures.  The JSON's
 ``messages`` are in the OpenAI chat format, so a QA tester can send them again.
+The texts are built by pure functions; :func:`send` only posts them as files.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timezone
+
+import chainlit as cl
 
 from app.chat_settings import ChatParams
 from app.history import Conversation
@@ -59,3 +62,18 @@ def as_markdown(conversation: Conversation, params: ChatParams, model: str, when
         if turn.figures.get("line"):
             lines += [f"*⏱ {turn.figures['line']}*", ""]
     return "\n".join(lines)
+
+
+async def send(conversation: Conversation, params: ChatParams, model: str, lang: str) -> None:
+    """Post both files in the chat, as downloads (the ``/export`` command)."""
+    if not conversation.turns:
+        await cl.Message(content=text(lang, "export_empty"), metadata={"kind": "notice"}).send()
+        return
+    when = datetime.now(timezone.utc)
+    stem = file_stem(when)
+    files = [cl.File(name=f"{stem}.md", mime="text/markdown", display="inline",
+                     content=as_markdown(conversation, params, model, when, lang).encode()),
+             cl.File(name=f"{stem}.json", mime="application/json", display="inline",
+                     content=as_json(conversation, params, model, when).encode())]
+    await cl.Message(content=text(lang, "exported", turns=len(conversation.turns)),
+                     elements=files, metadata={"kind": "export"}).send()
