@@ -143,7 +143,7 @@ def test_regenerate_after_an_engine_error(page_factory, engine, tmp_path):
         finally:
             relay.shutdown()
             relay.server_close()
-        assert figures(reply) == (user_prompt(app, "Tell me about tea."), SHORT_REPLY)
+    assert figures(reply) == (user_prompt(settings, "Tell me about tea."), SHORT_REPLY)
 
 
 def test_regenerate_can_be_stopped(page_factory, engine, chat_app):
