@@ -121,17 +121,22 @@ def wait_until_vllm_is_idle(settings, within_s: float = 2) -> None:
         time.sleep(0.05)
 
 
-def test_stop_works_on_an_edited_message(page_factory, engine, chat_app):
-    """After an edit the Stop button shows, but Chainlit 2.12 does not cancel the re-run:
-    the app's on_stop does (docs/notes.md, "Chainlit 2.12")."""
-    settings, _ = engine
+def a_stopped_long_reply(page_factory, chat_app):
+    """A new chat whose first reply was stopped after some text: what to regenerate or edit."""
     page = open_chat(page_factory, chat_app)
     send(page, "Tell me a long story.")
     page.wait_for_function(f"document.querySelectorAll('{ASSISTANT}')[1]?.innerText.length > 20",
                            timeout=60_000)
     page.locator("#stop-button").evaluate("button => button.click()")
     page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=60_000)
+    return page
 
+
+def test_stop_works_on_an_edited_message(page_factory, engine, chat_app):
+    """After an edit the Stop button shows, but Chainlit 2.12 does not cancel the re-run:
+    the app's on_stop does (docs/notes.md, "Chainlit 2.12")."""
+    settings, _ = engine
+    page = a_stopped_long_reply(page_factory, chat_app)
     page.locator(USER).last.hover()
     page.locator(USER).last.locator(".edit-message").click()
     page.locator("#edit-chat-input").fill("Tell me another long story.")

@@ -22,7 +22,8 @@ from app.attachments import Attachment, prompt_with
 from tests import sample_files as files
 from tests.conftest import ROOT, start_app
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
-    ASSISTANT, USER, browser, open_chat, page_factory, send, wait_until_vllm_is_idle)
+    ASSISTANT, USER, a_stopped_long_reply, browser, open_chat, page_factory, send,
+    wait_until_vllm_is_idle)
 from server.stack.processes import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
@@ -149,13 +150,7 @@ def test_regenerate_after_an_engine_error(page_factory, engine, tmp_path):
 def test_regenerate_can_be_stopped(page_factory, engine, chat_app):
     """Regenerate runs outside Chainlit's message handling; Stop must still reach it."""
     settings, _ = engine
-    page = open_chat(page_factory, chat_app)
-    send(page, "Tell me a long story.")
-    page.wait_for_function(f"document.querySelectorAll('{ASSISTANT}')[1]?.innerText.length > 20",
-                           timeout=60_000)
-    page.locator("#stop-button").evaluate("button => button.click()")
-    page.get_by_text("Stopped. The text above is kept.").wait_for(timeout=60_000)
-
+    page = a_stopped_long_reply(page_factory, chat_app)
     regenerate_button(page).click()  # under the stop notice
     page.get_by_text(REGENERATED).wait_for(timeout=30_000)
     page.locator("#stop-button").wait_for(timeout=30_000)
@@ -197,6 +192,9 @@ def test_an_edited_message_is_answered_from_where_it_was(page_factory, short_app
 def send_with_files(page, typed: str, attached: list[tuple[str, str, bytes]]) -> None:
     page.locator("#upload-button-input").set_input_files(
         [{"name": name, "mimeType": mime, "buffer": data} for name, mime, data in attached])
+    composer = page.locator("#message-composer")
+    for name, _, _ in attached:  # each file is taken: a chip (a picture for an image)
+        composer.get_by_text(name, exact=True).or_(composer.get_by_alt_text(name)).wait_for(timeout=30_000)
     page.locator("#chat-input").fill(typed)
     # The submit button waits for every upload to finish.
     page.locator("#chat-submit:not([disabled])").wait_for(timeout=30_000)
@@ -231,7 +229,7 @@ def test_bad_files_are_refused_by_name_and_the_typed_text_stays(page_factory, sh
         ("empty.txt", "text/plain", b""),
         ("scan.pdf", "application/pdf", files.scanned_pdf()),
     ])
-    error = page.get_by_text(re.compile("Not sent to the model"))
+    error = page.locator(ASSISTANT).filter(has_text="Not sent to the model")
     error.wait_for(timeout=30_000)
     message = error.inner_text()
     for expected in ("photo.png is an image", "archive.gz is not text", "empty.txt is empty",
