@@ -166,6 +166,26 @@ def test_regenerate_can_be_stopped(page_factory, engine, chat_app):
     assert "Task manually stopped" not in page.content(), "Chainlit's English notice is shown"
 
 
+def set_seed(page, seed: str) -> None:
+    page.locator("#chat-settings-open-modal").click()
+    page.locator("#seed").fill(seed)
+    page.get_by_role("button", name=re.compile("Confirm|确认")).click()
+
+
+def test_a_seed_from_the_settings_panel_repeats_the_reply(page_factory, short_app):
+    """QA: with a seed, Regenerate (same message, same history) gives the same reply."""
+    page = open_chat(page_factory, short_app)
+    set_seed(page, "abc")
+    page.get_by_text("Settings not applied: the seed abc is not a whole number").wait_for(timeout=30_000)
+    set_seed(page, "42")
+    send(page, "Tell me about tea.")
+    first = finished_replies(page, 1)[-1]
+    assert "· seed 42" in first
+    regenerate_button(page).click()
+    second = finished_replies(page, 2)[-1]
+    assert body(second) == body(first) and "· seed 42" in second
+
+
 # --- editing a sent message -------------------------------------------------------------
 
 def test_an_edited_message_is_answered_from_where_it_was(page_factory, short_app):
