@@ -22,7 +22,7 @@ import httpx
 from chainlit.config import config as chainlit_config
 
 from app import engine_client as ec
-from app import export, regenerate, session_tasks
+from app import export, regenerate, session_tasks, upload_check
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
@@ -51,6 +51,7 @@ CHAINLIT_STOP_MESSAGE = "Task manually stopped."
 # [features.spontaneous_file_upload] in .chainlit/config.toml; the server counts MiB.
 UPLOADS = chainlit_config.features.spontaneous_file_upload
 MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
+upload_check.install()
 
 
 def lang() -> str:

@@ -42,6 +42,7 @@ TEXTS: dict[str, dict[str, str]] = {
                          "Your text is kept above: send it again without that file.",
         "file_too_big": "**{name}** is {size_mb} MB; a file may have at most {limit_mb} MB.",
         "file_empty": "**{name}** is empty.",
+        "upload_empty": "{name} is empty: there is nothing to read.",
         "file_image": "**{name}** is an image, and this model reads text only.",
         "file_binary": "**{name}** is not text (binary data). Attach text, code, CSV, JSON or a PDF "
                        "with text.",
@@ -93,6 +94,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "files_refused": "由于附加的文件，消息没有发送给模型：\n{problems}\n\n您的文字保留在上方：请去掉该文件后重新发送。",
         "file_too_big": "**{name}** 大小为 {size_mb} MB；单个文件最多 {limit_mb} MB。",
         "file_empty": "**{name}** 是空文件。",
+        "upload_empty": "{name} 是空文件：没有可读取的内容。",
         "file_image": "**{name}** 是图片，而此模型只能读取文字。",
         "file_binary": "**{name}** 不是文本（二进制数据）。请附加文本、代码、CSV、JSON 或带文字层的 PDF。",
         "file_encoding": "**{name}** 既不是 UTF-8，也不是 GBK/GB18030 或 Windows-1252 文本：请另存为 UTF-8 后重新附加。",

@@ -243,16 +243,20 @@ def test_attached_files_go_into_the_prompt_counted_exactly(page_factory, short_a
 
 def test_bad_files_are_refused_by_name_and_the_typed_text_stays(page_factory, short_app):
     page = open_chat(page_factory, short_app)
+    # An empty file never reaches the chat: the upload itself is refused (app/upload_check.py).
+    page.locator("#upload-button-input").set_input_files(
+        [{"name": "empty.txt", "mimeType": "text/plain", "buffer": b""}])
+    page.get_by_text("Failed to upload empty.txt: empty.txt is empty").wait_for(timeout=30_000)
     send_with_files(page, "Here are my files.", [
         ("photo.png", "image/png", files.png()),
         ("archive.gz", "application/gzip", files.gzip_bytes()),
-        ("empty.txt", "text/plain", b""),
+        ("blank.txt", "text/plain", b" \n\n "),
         ("scan.pdf", "application/pdf", files.scanned_pdf()),
     ])
     error = page.locator(ASSISTANT).filter(has_text="Not sent to the model")
     error.wait_for(timeout=30_000)
     message = error.inner_text()
-    for expected in ("photo.png is an image", "archive.gz is not text", "empty.txt is empty",
+    for expected in ("photo.png is an image", "archive.gz is not text", "blank.txt is empty",
                      "scan.pdf has no text layer"):
         assert expected in message, message
     assert page.locator(USER).last.inner_text().startswith("Here are my files.")
