@@ -345,20 +345,27 @@ def showcase_app(engine, tmp_path_factory):
 
 
 def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
+    """The README's first picture: saved chats, a conversation, replies that end on their own.
+
+    To re-shoot it: UPDATE_SCREENSHOT=1, with fonts for Chinese and emoji in the browser
+    (Debian: fonts-noto-cjk fonts-noto-color-emoji), or those characters show as boxes.
+    """
     page = page_factory(showcase_app.app_url)
     page.locator("#email").fill("presenter")
     page.locator("#password").fill("demo")
     page.keyboard.press("Enter")
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
-    send(page, "What is a KV cache?")
+    send(page, "今天天气怎么样？")
     finished_replies(page, 1)
     page.locator("#new-chat-button").click()
     if page.locator("#confirm").count():
         page.locator("#confirm").click()
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
-    send(page, "今天天气怎么样？")
-    reply = finished_replies(page, 1)[-1]
-    assert figures(reply)[1] < 256, "the reply did not end on its own"
-    page.locator("#thread-history").get_by_text("What is a KV cache?").wait_for(timeout=30_000)
+    send(page, "What is a KV cache?")
+    finished_replies(page, 1)
+    send(page, "Why does it grow with the conversation?")
+    replies = finished_replies(page, 2)
+    assert all(figures(reply)[1] < 256 for reply in replies), "a reply did not end on its own"
+    page.locator("#thread-history").get_by_text("今天天气怎么样？").wait_for(timeout=30_000)
     page.mouse.move(0, 0)
     page.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "chat.png"))
