@@ -11,7 +11,7 @@ Chainlit; the chat passes (name, MIME type, path) of each uploaded file.
 from __future__ import annotations
 
 import io
-import unicodedata
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +25,9 @@ BOMS = [(b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00
 # Without a mark, only these are tried after UTF-8: with more candidates the detector
 # mistakes Windows-1252 for cp1257 or cp1250, and short GBK text for Big5 (docs/notes.md).
 LEGACY_ENCODINGS = ["gb18030", "cp1252"]
-# Text has almost no control characters besides tab, newlines and form feed.
+# Text has almost no control characters (Unicode's Cc) besides tab, newlines and form feed.
 MAX_CONTROL_SHARE = 0.01
-TEXT_CONTROLS = set("\t\n\r\f\v")
+CONTROLS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,7 @@ def decode(name: str, data: bytes, known_binary: bool) -> tuple[str, str]:
 
 
 def checked_text(name: str, text: str) -> str:
-    controls = sum(1 for c in text if unicodedata.category(c) == "Cc" and c not in TEXT_CONTROLS)
-    if controls > MAX_CONTROL_SHARE * len(text):
+    if len(CONTROLS.findall(text)) > MAX_CONTROL_SHARE * len(text):
         raise Refused(name, "file_binary")
     return text
 
