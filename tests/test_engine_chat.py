@@ -10,6 +10,9 @@ import httpx
 import pytest
 
 from app import engine_client as ec
+# Imported here, not in a test: Chainlit writes a .chainlit/ folder into the working
+# directory it is first imported from, and the tests run in tests/.
+from app.chat_settings import ChatParams, sampling_extra
 from app.history import Conversation, TooLong, fit
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
@@ -131,7 +134,6 @@ async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, cli
 
 async def test_the_same_seed_gives_the_same_reply(engine, client):
     """QA's reproducible replies: the panel's seed goes to vLLM with the request (extra_body)."""
-    from app.chat_settings import ChatParams, sampling_extra
     settings, _ = engine
     messages = [{"role": "user", "content": "Tell me about the weather."}]
 
