@@ -259,3 +259,4 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else render(result))
+    return 0 if result["summary"]["ok"] else 1
