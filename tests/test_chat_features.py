@@ -370,4 +370,6 @@ def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     assert all(figures(reply)[1] < 256 for reply in replies), "a reply did not end on its own"
     page.locator("#thread-history").get_by_text("今天天气怎么样？").wait_for(timeout=30_000)
     page.mouse.move(0, 0)
+    # Chainlit scrolls the last question to the top; show the whole conversation.
+    page.locator(USER).first.evaluate("question => question.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "chat.png"))
