@@ -1,8 +1,8 @@
 """The Chainlit chat: streams replies from the engine, fitted to its context window.
 
 Run by the supervisor as ``chainlit run app/chat.py --headless``.  The handlers
-stay thin: streaming, history fitting, texts, personas, the settings panel and
-saved chats live in their own modules.
+stay thin: streaming, history fitting, texts, personas, the settings panel, saved
+chats, attached files, export and Regenerate live in their own modules.
 
 Only real exchanges enter the model's history (:class:`Conversation`).  Every
 other message the chat shows (welcome, notices, errors, figures) is marked
@@ -15,16 +15,20 @@ import asyncio
 import json
 import os
 from contextlib import aclosing
+from pathlib import Path
 from typing import Optional
 
 import chainlit as cl
 import httpx
+from chainlit.config import config as chainlit_config
 
 from app import engine_client as ec
-from app.chat_settings import ChatParams, apply, default_params, panel
+from app import export, regenerate, session_tasks, upload_check
+from app.attachments import prompt_with, read_files
+from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
 from app.personas import chat_profiles, persona
-from app.texts import figures_line, lang_of, text
+from app.texts import figures_line, lang_of, refusal, text
 from app.token_batcher import TokenBatcher
 from server import chat_db, sticky
 from server.demo_stamp import is_demo_model
@@ -43,6 +47,14 @@ HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, conne
 WORKER_INDEX = int(os.environ["ERNIE_WORKER_INDEX"]) if "ERNIE_WORKER_INDEX" in os.environ else None
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
+EXPORT_COMMAND = "/export"
+# Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
+# only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
+CHAINLIT_STOP_MESSAGE = "Task manually stopped."
+# [features.spontaneous_file_upload] in .chainlit/config.toml; the server counts MiB.
+UPLOADS = chainlit_config.features.spontaneous_file_upload
+MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
+upload_check.install()
 
 
 def lang() -> str:
@@ -122,18 +134,22 @@ async def on_chat_start() -> None:
         name, _ = await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
         await send_panel()
-        await say_error(exc)
+        session_tasks.after_start(say_error(exc))
         return
     await send_panel()
     welcome = text(lang(), "welcome", model=name)
     if cl.user_session.get("is_demo"):
         welcome += "\n\n" + text(lang(), "demo")
-    await notice(welcome, "welcome")
+    session_tasks.after_start(notice(welcome, "welcome"))  # the composer appears when it can send
 
 
 @cl.on_settings_update
 async def on_settings_update(values: dict) -> None:
-    params = apply(values, cl.user_session.get("params"), max_reply_budget())
+    try:
+        params = apply(values, cl.user_session.get("params"), max_reply_budget())
+    except BadSeed as exc:
+        await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED))
+        return
     cl.user_session.set("params", params)
     cl.user_session.get("conversation").system_prompt = params.system_prompt
 
@@ -150,30 +166,71 @@ async def on_message(message: cl.Message) -> None:
     # Stop must reach this task whatever path started it (docs/notes.md: Chainlit does not
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
-    if not message.content.strip():
+    await regenerate.withdraw()
+    if not message.content.strip() and not message.elements:
         await show_error(text(lang(), "empty"))
         return
     if message.content.strip() == STATUS_COMMAND:
         await show_status()
         return
+    if message.content.strip() == EXPORT_COMMAND:
+        await send_export()
+        return
     message.content = clean_text(message.content)
+    user_text = await with_attachments(message)
+    if user_text is not None:
+        await answer(message.id, user_text, "too_long_files" if message.elements else "too_long")
+
+
+async def with_attachments(message: cl.Message) -> Optional[str]:
+    """The message as the model gets it, with its files' text; None when a file is refused."""
+    files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
+    if not files:
+        return message.content
+    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES, UPLOADS.max_files)
+    if refused:
+        await show_error(refusal(lang(), refused))
+        return None
+    for attachment in attached:
+        if attachment.decoded_from_legacy:
+            await notice(text(lang(), "file_decoded", name=attachment.name, encoding=attachment.encoding))
+    return clean_text(prompt_with(message.content, attached))
+
+
+async def answer(message_id: str, user_text: str, too_long: str = "too_long") -> None:
+    """Answer a new, edited or regenerated message, then offer Regenerate under the outcome."""
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
+    conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
     try:
         model, max_len = await engine_model()
-        fitted = await fit(conversation, message.content, _counter(model), max_len, params.max_tokens)
+        fitted = await fit(conversation, user_text, _counter(model), max_len, params.max_tokens)
     except TooLong as exc:
-        await show_error(text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit))
+        await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return
     except Exception as exc:
         await say_error(exc)
+        await regenerate.offer(lang())
         return
     if fitted.dropped_turns:
         await notice(text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns))
-    await stream_answer(conversation, message, model, fitted.messages, fitted.max_tokens, params)
+    try:
+        await stream_answer(conversation, user_text, model, fitted.messages, fitted.max_tokens, params)
+    finally:
+        await regenerate.offer(lang())
 
 
-async def stream_answer(conversation: Conversation, message: cl.Message, model: str,
+@cl.action_callback(regenerate.ACTION)
+async def on_regenerate(action: cl.Action) -> None:
+    asked = cl.user_session.get("conversation").last_asked()
+    if asked is None or session_tasks.running():
+        return
+    await regenerate.withdraw()
+    await notice(text(lang(), "regenerated"))
+    session_tasks.start_stoppable(lambda: answer(*asked))
+
+
+async def stream_answer(conversation: Conversation, user_text: str, model: str,
                         messages: list[dict], max_tokens: int, params: ChatParams) -> None:
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
@@ -181,7 +238,7 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     pieces = ec.stream_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
-        extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
+        extra_body=sampling_extra(params, SETTINGS.ignore_eos),
     )
     try:
         async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
@@ -191,7 +248,8 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     except asyncio.CancelledError:
         # Stop: keep what was shown, as a real turn; the notice is not history.
         await batcher.flush()
-        conversation.add(message.content, batcher.text)
+        conversation.add(user_text, batcher.text,
+                         dict(export.figures_of(stats, params.seed, ""), finish_reason="stopped"))
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
@@ -202,11 +260,12 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
         return
-    conversation.add(message.content, batcher.text)
+    line = figures_line(lang(), stats, params.seed)
+    conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
-    reply.content = batcher.text + FIGURES_MARK + figures_line(lang(), stats) + "*"
+    reply.content = batcher.text + FIGURES_MARK + line + "*"
     await reply.send()
 
 
@@ -226,11 +285,22 @@ async def show_status() -> None:
     await notice(f"**{SETTINGS.engine_base_url}** — {metrics.summary()}", "status")
 
 
+async def send_export() -> None:
+    model = (cl.user_session.get("engine_model") or (SETTINGS.served_model_name,))[0]
+    await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
+
+
 @cl.on_stop
 async def on_stop() -> None:
+    # Stop reaches the reply whatever started it: a message, an edit (which Chainlit does
+    # not register) or a regeneration (docs/notes.md, "Chainlit 2.12").
     task: Optional[asyncio.Task] = cl.user_session.get("task")
     if task is not None and not task.done():
         task.cancel()
+    for shown in reversed(cl.chat_context.get()):
+        if shown.type == "assistant_message" and shown.content == CHAINLIT_STOP_MESSAGE:
+            await shown.remove()
+            break
 
 
 @cl.on_chat_end
@@ -242,19 +312,24 @@ async def on_chat_end() -> None:
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
 
 def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
-    """Rebuild the model's history from saved steps: user messages and replies only."""
+    """Rebuild the model's history from saved steps: user messages and replies only.
+
+    A regenerated reply follows the one it replaced, so the last reply to a message wins,
+    as it did in the chat.  Attached files were not saved: only the typed text comes back.
+    """
     conversation = Conversation(system_prompt)
-    pending: Optional[dict] = None  # the user step waiting for its reply
+    asked: Optional[dict] = None  # the last user step
     for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
         metadata = step.get("metadata") or {}
         if isinstance(metadata, str):
             metadata = json.loads(metadata or "{}")
         if step.get("type") == "user_message":
-            pending = step
-        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and pending:
-            reply = (step.get("output") or "").split(FIGURES_MARK)[0]
-            conversation.add(pending.get("output") or "", reply)
-            pending = None
+            asked = step
+            conversation.ask(step["id"], step.get("output") or "")
+        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and asked:
+            user = asked.get("output") or ""
+            conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
+            conversation.add(user, (step.get("output") or "").split(FIGURES_MARK)[0])
     return conversation
 
 

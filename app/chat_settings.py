@@ -1,19 +1,24 @@
-"""The settings panel: system prompt, temperature, top_p and max tokens for one chat.
+"""The settings panel: system prompt, temperature, top_p, max tokens and seed for one chat.
 
 Defaults come from the settings class (ERNIE_*), or the chat profile's persona
 for the system prompt.  The max-tokens slider stops at what the context window
-leaves after the system prompt; each request is fitted again anyway.
+leaves after the system prompt; each request is fitted again anyway.  A seed makes
+replies reproducible for QA: vLLM seeds each request's sampler with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import chainlit as cl
 from chainlit.input_widget import Slider, TextInput
 
 from app.history import MIN_REPLY_TOKENS
+from app.texts import text
 from server.settings import Settings
+
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -22,6 +27,13 @@ class ChatParams:
     temperature: float
     top_p: float
     max_tokens: int
+    seed: Optional[int] = None  # None: a new random reply every time
+
+
+class BadSeed(ValueError):
+    def __init__(self, value: str):
+        super().__init__(value)
+        self.value = value
 
 
 def default_params(settings: Settings, system_prompt: str) -> ChatParams:
@@ -42,14 +54,39 @@ def panel(params: ChatParams, max_reply_tokens: int, lang: str) -> cl.ChatSettin
                max=max_reply_tokens, step=MIN_REPLY_TOKENS,
                description=("上限为上下文窗口减去系统提示词" if zh else
                             "At most the context window minus the system prompt")),
+        TextInput(id="seed", label=text(lang, "seed_label"), description=text(lang, "seed_help"),
+                  initial="" if params.seed is None else str(params.seed)),
     ])
 
 
+def parse_seed(value) -> Optional[int]:
+    """'' means no seed; otherwise a whole number from 0 to MAX_SEED, or :class:`BadSeed`."""
+    shown = str(value if value is not None else "").strip()
+    if not shown:
+        return None
+    if not shown.isdigit() or int(shown) > MAX_SEED:
+        raise BadSeed(shown)
+    return int(shown)
+
+
 def apply(values: dict, params: ChatParams, max_reply_tokens: int) -> ChatParams:
-    """New params from the panel's values, clamped to what the engine accepts."""
+    """New params from the panel's values, clamped to what the engine accepts.
+
+    Raises :class:`BadSeed` for a seed that is not a whole number in range: nothing is
+    applied then, and the panel still shows what the user typed.
+    """
     return ChatParams(
         system_prompt=str(values.get("system_prompt", params.system_prompt)),
         temperature=min(2.0, max(0.0, float(values.get("temperature", params.temperature)))),
         top_p=min(1.0, max(0.05, float(values.get("top_p", params.top_p)))),
         max_tokens=min(max_reply_tokens, max(MIN_REPLY_TOKENS, int(values.get("max_tokens", params.max_tokens)))),
+        seed=parse_seed(values["seed"]) if "seed" in values else params.seed,
     )
+
+
+def sampling_extra(params: ChatParams, ignore_eos: bool) -> Optional[dict]:
+    """vLLM's own sampling fields for a request (extra_body): the seed, ignore_eos."""
+    extra = {"seed": params.seed} if params.seed is not None else {}
+    if ignore_eos:
+        extra["ignore_eos"] = True
+    return extra or None

@@ -5,6 +5,8 @@ in the chat never go back to the model.  Before each request the prompt is
 counted exactly (the engine's own ``/tokenize`` applies the chat template), and
 the oldest whole turns are dropped until prompt + reply budget fit in
 ``max_model_len``.  The system prompt and the new message are never dropped.
+Editing a sent message or regenerating the last reply rewinds the conversation to
+before that message (:meth:`Conversation.ask`), as Chainlit rewinds the chat.
 """
 
 from __future__ import annotations
@@ -22,12 +24,40 @@ Counter = Callable[[list[dict]], Awaitable[int]]
 class Turn:
     user: str
     assistant: str
+    figures: dict = field(default_factory=dict)  # how the reply came (app/export.py shows them)
 
 
 @dataclass
 class Conversation:
     system_prompt: str
     turns: list[Turn] = field(default_factory=list)
+    # Each user message asked, by Chainlit's message id: (turns before it, its text as the
+    # model got it). An edited message keeps its id, and Regenerate asks the last one again.
+    asked: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def ask(self, message_id: str, user: str) -> int:
+        """Note that ``message_id`` is being answered; return how many turns were forgotten.
+
+        An id asked before is an edit or a regeneration: the model must not see its old
+        turn, nor anything after it, so those turns are forgotten first.
+        """
+        forgotten = 0
+        if message_id in self.asked:
+            keep = self.asked[message_id][0]
+            forgotten = len(self.turns) - keep
+            del self.turns[keep:]
+            ids = list(self.asked)
+            for later in ids[ids.index(message_id):]:
+                del self.asked[later]
+        self.asked[message_id] = (len(self.turns), user)
+        return forgotten
+
+    def last_asked(self) -> Optional[tuple[str, str]]:
+        """(id, text) of the last user message asked, which Regenerate asks again."""
+        if not self.asked:
+            return None
+        message_id = next(reversed(self.asked))
+        return message_id, self.asked[message_id][1]
 
     def messages(self, new_user: str, keep_from: int = 0) -> list[dict]:
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -37,10 +67,10 @@ class Conversation:
         out.append({"role": "user", "content": new_user})
         return out
 
-    def add(self, user: str, assistant: str) -> None:
+    def add(self, user: str, assistant: str, figures: Optional[dict] = None) -> None:
         """Record a finished (or stopped) exchange; an empty reply is not a turn."""
         if assistant.strip():
-            self.turns.append(Turn(user, assistant))
+            self.turns.append(Turn(user, assistant, figures or {}))
 
 
 class TooLong(ValueError):

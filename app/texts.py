@@ -39,6 +39,40 @@ TEXTS: dict[str, dict[str, str]] = {
                  "model's memory: repeat what matters.",
         "moved_saved": "↪ The chat server this chat was on stopped, so it continues on another "
                        "one with its saved history. A reply that was streaming may be lost.",
+        "regenerate": "Regenerate",
+        "regenerate_tip": "A new reply to the same message; the model's history keeps the new one.",
+        "regenerated": "↻ A new reply to the same message follows; the model's history keeps it "
+                       "instead of the one above.",
+        "files_refused": "Not sent to the model, because of the attached file(s):\n{problems}\n\n"
+                         "Your text is kept above: send it again without that file.",
+        "file_too_big": "**{name}** is {size_mb} MB; a file may have at most {limit_mb} MB.",
+        "file_empty": "**{name}** is empty.",
+        "upload_empty": "{name} is empty: there is nothing to read.",
+        "file_image": "**{name}** is an image, and this model reads text only.",
+        "file_binary": "**{name}** is not text (binary data). Attach text, code, CSV, JSON or a PDF "
+                       "with text.",
+        "file_encoding": "**{name}** is neither UTF-8 nor GBK/GB18030 nor Windows-1252 text: save it "
+                         "as UTF-8 and attach it again.",
+        "pdf_no_text": "**{name}** has no text layer ({pages} page(s), e.g. a scan): run OCR on it or "
+                       "paste its text.",
+        "pdf_unreadable": "**{name}** could not be read as a PDF ({detail}).",
+        "too_many_files": "{name}: at most {limit} files per message.",
+        "file_decoded": "ℹ️ **{name}** is not UTF-8; it was read as {encoding}. If the reply shows "
+                        "garbled text, save the file as UTF-8.",
+        "too_long_files": "Your message with its attached file(s) is {tokens} tokens long; the model "
+                          "takes at most {limit} tokens of prompt. Attach less text or split it.",
+        "exported": "This chat ({turns} exchange(s)) as Markdown to read, and as JSON with the "
+                    "settings and figures:",
+        "export_empty": "Nothing to export yet: ask something first.",
+        "seed_label": "Seed (same seed, same reply)",
+        "seed_help": "Empty: a new reply every time. A whole number: the same message and settings "
+                     "give the same reply (for QA and demos).",
+        "seed_figure": "seed {seed}",
+        "bad_seed": "Settings not applied: the seed {value} is not a whole number from 0 to {max}. "
+                    "Leave it empty for a different reply each time.",
+        "export_you": "You",
+        "export_settings": "Settings",
+        "export_model": "Model",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由本机的 vLLM 提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -63,6 +97,30 @@ TEXTS: dict[str, dict[str, str]] = {
                  "之前的消息也不再在模型的记忆中：请重复重要的内容。",
         "moved_saved": "↪ 此对话所在的聊天服务器已停止，对话带着已保存的历史转到另一台服务器继续。"
                        "正在生成的回复可能已丢失。",
+        "regenerate": "重新生成",
+        "regenerate_tip": "对同一条消息生成新的回复；模型的对话历史保留新的回复。",
+        "regenerated": "↻ 下面是对同一条消息的新回复；模型的对话历史保留它，而不是上面的回复。",
+        "files_refused": "由于附加的文件，消息没有发送给模型：\n{problems}\n\n您的文字保留在上方：请去掉该文件后重新发送。",
+        "file_too_big": "**{name}** 大小为 {size_mb} MB；单个文件最多 {limit_mb} MB。",
+        "file_empty": "**{name}** 是空文件。",
+        "upload_empty": "{name} 是空文件：没有可读取的内容。",
+        "file_image": "**{name}** 是图片，而此模型只能读取文字。",
+        "file_binary": "**{name}** 不是文本（二进制数据）。请附加文本、代码、CSV、JSON 或带文字层的 PDF。",
+        "file_encoding": "**{name}** 既不是 UTF-8，也不是 GBK/GB18030 或 Windows-1252 文本：请另存为 UTF-8 后重新附加。",
+        "pdf_no_text": "**{name}** 没有文字层（{pages} 页，例如扫描件）：请先做 OCR 识别，或直接粘贴其文字。",
+        "pdf_unreadable": "**{name}** 无法作为 PDF 读取（{detail}）。",
+        "too_many_files": "{name}：每条消息最多 {limit} 个文件。",
+        "file_decoded": "ℹ️ **{name}** 不是 UTF-8 编码；已按 {encoding} 读取。如果回复中出现乱码，请将文件另存为 UTF-8。",
+        "too_long_files": "您的消息连同附加文件共 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请减少附加的文字或分段发送。",
+        "exported": "本次对话（{turns} 轮）的导出：Markdown 便于阅读，JSON 含设置和速度数据：",
+        "export_empty": "还没有可导出的内容：请先提问。",
+        "seed_label": "随机种子（相同种子，相同回复）",
+        "seed_help": "留空：每次回复不同。填写整数：相同的消息和设置得到相同的回复（用于测试和演示）。",
+        "seed_figure": "种子 {seed}",
+        "bad_seed": "设置未生效：种子 {value} 不是 0 到 {max} 之间的整数。留空则每次回复不同。",
+        "export_you": "你",
+        "export_settings": "设置",
+        "export_model": "模型",
     },
 }
 
@@ -75,9 +133,16 @@ def text(lang: str, key: str, **values) -> str:
     return TEXTS[lang][key].format(**values)
 
 
-def figures_line(lang: str, stats) -> str:
+def figures_line(lang: str, stats, seed: int | None = None) -> str:
     ttft = f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else "–"
     tps = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s else "– tok/s"
-    return text(lang, "figures", ttft=ttft, tps=tps,
+    line = text(lang, "figures", ttft=ttft, tps=tps,
                 prompt=stats.prompt_tokens if stats.prompt_tokens is not None else "–",
                 completion=stats.completion_tokens if stats.completion_tokens is not None else "–")
+    return line if seed is None else f"{line} · {text(lang, 'seed_figure', seed=seed)}"
+
+
+def refusal(lang: str, refused) -> str:
+    """One message for the files that cannot go into the prompt, one line per file."""
+    problems = "\n".join(f"- {text(lang, r.reason, name=r.name, **r.values)}" for r in refused)
+    return text(lang, "files_refused", problems=problems)

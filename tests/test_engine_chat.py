@@ -10,6 +10,9 @@ import httpx
 import pytest
 
 from app import engine_client as ec
+# Imported here, not in a test: Chainlit writes a .chainlit/ folder into the working
+# directory it is first imported from, and the tests run in tests/.
+from app.chat_settings import ChatParams, sampling_extra
 from app.history import Conversation, TooLong, fit
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
@@ -127,6 +130,27 @@ async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, cli
     # shows the reply was cut short instead of running to its ~4,000 tokens.
     generated = await metric_async(base, "vllm:generation_tokens_total") - generated_before
     assert generated < (TEST_MAX_MODEL_LEN - 64) / 2, f"{generated} tokens generated after Stop"
+
+
+async def test_the_same_seed_gives_the_same_reply(engine, client):
+    """QA's reproducible replies: the panel's seed goes to vLLM with the request (extra_body)."""
+    settings, _ = engine
+    messages = [{"role": "user", "content": "Tell me about the weather."}]
+
+    async def reply(seed):
+        params = ChatParams("", temperature=1.0, top_p=1.0, max_tokens=32, seed=seed)
+        stats = ec.ReplyStats()
+        pieces = [p async for p in ec.stream_reply(
+            client, settings.served_model_name, messages, stats, temperature=params.temperature,
+            top_p=params.top_p, max_tokens=params.max_tokens, extra_body=sampling_extra(params, True))]
+        assert stats.completion_tokens == 32
+        return "".join(pieces)
+
+    first, again, other = await reply(1234), await reply(1234), await reply(4321)
+    assert first == again, "the same seed, prompt and settings gave different replies"
+    assert first != other, "a different seed gave the same reply"
+    unseeded = {await reply(None) for _ in range(3)}
+    assert len(unseeded) > 1, "without a seed the replies should differ (temperature 1.0)"
 
 
 async def test_prompt_too_long_error_is_classified(engine, client):

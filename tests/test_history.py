@@ -168,3 +168,68 @@ async def test_counts_logarithmically_many_times_for_64_turns(max_model_len):
     expected = await brute_force(conv, NEW, max_model_len, max_tokens=50)
     assert (fitted.dropped_turns, fitted.prompt_tokens, fitted.max_tokens) == expected
     assert count.calls <= math.ceil(math.log2(64 + 1)) + 1  # 8; a linear scan needs up to 65
+
+
+# --- rewinding: an edited message (same id) or Regenerate asks again ---------------------
+
+def chat(*exchanges: str) -> Conversation:
+    """A conversation where message id ``m<i>`` asked ``q<i>`` and got ``a<i>``."""
+    conv = Conversation("sys")
+    for i in exchanges:
+        conv.ask(f"m{i}", f"q{i}")
+        conv.add(f"q{i}", f"a{i}")
+    return conv
+
+
+def test_a_new_message_forgets_nothing():
+    conv = chat("1", "2")
+    assert conv.ask("m3", "q3") == 0
+    assert [t.user for t in conv.turns] == ["q1", "q2"]
+    assert conv.last_asked() == ("m3", "q3")
+
+
+def test_editing_a_message_forgets_its_turn_and_everything_after():
+    conv = chat("1", "2", "3")
+    assert conv.ask("m2", "q2 edited") == 2
+    assert [t.user for t in conv.turns] == ["q1"]
+    assert conv.messages("q2 edited")[-1] == {"role": "user", "content": "q2 edited"}
+    conv.add("q2 edited", "new answer")
+    assert [t.assistant for t in conv.turns] == ["a1", "new answer"]
+    # The later message m3 is gone with its turn: asking it again is a new message.
+    assert conv.ask("m3", "q3") == 0
+    assert conv.last_asked() == ("m3", "q3")
+
+
+def test_editing_a_message_that_got_no_reply_still_forgets_what_came_after():
+    conv = chat("1")
+    conv.ask("m2", "q2")  # the engine failed: no turn
+    conv.ask("m3", "q3")
+    conv.add("q3", "a3")
+    assert conv.ask("m2", "q2 again") == 1
+    assert [t.user for t in conv.turns] == ["q1"]
+
+
+def test_regenerating_the_last_reply_replaces_it():
+    conv = chat("1", "2")
+    message_id, user = conv.last_asked()
+    assert conv.ask(message_id, user) == 1
+    conv.add(user, "another a2")
+    assert [(t.user, t.assistant) for t in conv.turns] == [("q1", "a1"), ("q2", "another a2")]
+
+
+def test_regenerating_after_a_stop_without_text_or_an_error_forgets_nothing():
+    conv = chat("1")
+    conv.ask("m2", "q2")  # stopped before the first token, or an engine error
+    assert conv.last_asked() == ("m2", "q2")
+    assert conv.ask("m2", "q2") == 0
+    assert len(conv.turns) == 1
+
+
+def test_nothing_asked_yet_has_nothing_to_regenerate():
+    assert Conversation("sys").last_asked() is None
+
+
+def test_figures_stay_with_their_turn():
+    conv = Conversation("")
+    conv.add("q", "a", {"completion_tokens": 5})
+    assert conv.turns[0].figures == {"completion_tokens": 5}

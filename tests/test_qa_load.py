@@ -138,6 +138,17 @@ def test_a_chat_follows_the_apps_events_to_a_complete_reply():
     assert record.tags_seen == {"[qa abcdef s000]"} and count_crossed([record]) == 0
 
 
+def test_a_welcome_sent_after_on_chat_start_ended_opens_the_chat():
+    """The app's order (app/session_tasks.py): on_chat_start's task_end, then the welcome."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    opening = opening_events({"id": "w", "metadata": {"kind": "welcome"}, "output": "Hi"})
+    welcome = opening.pop(4)
+    feed(session, opening)
+    assert not session.opened.is_set(), "no welcome yet"
+    feed(session, [welcome])
+    assert session.opened.is_set() and session.record.welcomed
+
+
 def test_an_error_shown_by_the_app_fails_the_chat():
     session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
     feed(session, opening_events({"id": "e", "metadata": {"kind": "error"},

@@ -65,3 +65,8 @@ def test_figures_line_in_chinese():
 def test_figures_line_without_figures_shows_dashes():
     line = figures_line("en", ReplyStats(started=10.0))
     assert line == "– to first token · – tok/s · – prompt + – reply tokens"
+
+
+def test_figures_line_shows_the_seed_when_one_is_set():
+    assert figures_line("en", finished_stats(), seed=42).endswith("11 reply tokens · seed 42")
+    assert figures_line("zh", finished_stats(), seed=7).endswith("· 种子 7")

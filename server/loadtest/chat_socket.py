@@ -85,6 +85,7 @@ class ChatSession:
         self.sio.on("disconnect", self._on_disconnect)
         self.refusal = ""  # why the app refused the connection: the exception does not say
         self.opened = asyncio.Event()     # on_chat_start ended (welcome or error) or the socket did
+        self._starting = False            # on_chat_start runs (between its task_start and task_end)
         self.turn_done = asyncio.Event()
         self.sent_at: Optional[float] = None
         self._in_turn = False
@@ -155,13 +156,15 @@ class ChatSession:
         kind = (data.get("metadata") or {}).get("kind")
         if event == "first_interaction":
             record.thread_id = data.get("thread_id") or record.thread_id
-        elif event == "task_start" and self.sent_at is not None:
-            self._in_turn = True
+        elif event == "task_start":
+            self._in_turn = self.sent_at is not None
+            self._starting = not self._in_turn
         elif event == "task_end":
             if self._in_turn:
                 self.turn_done.set()
-            elif record.welcomed or record.error:  # on_chat_start is over
-                self.opened.set()
+            else:
+                self._starting = False
+                self._open_when_started()
         elif event == "stream_start" and kind == "reply" and record.reply_id is None:
             record.reply_id, record.streamed = data["id"], data.get("output") or ""
             record.ttft_s = self._since_sent()
@@ -171,15 +174,23 @@ class ChatSession:
         elif event in ("new_message", "update_message"):
             if kind == "welcome":
                 record.welcomed = True
+                self._open_when_started()
             elif kind == "moved":  # a chat resumed on another worker: it opens with this notice
                 record.moved = True
                 self.opened.set()
             elif kind == "error":
                 record.error = "the app showed an error: " + (data.get("output") or "")[:200]
+                self._open_when_started()
             elif kind == "reply" and record.reply_id in (None, data["id"]):
                 # An empty reply is never streamed: it comes only as this message.
                 record.reply_id, record.final = data["id"], data.get("output") or ""
                 record.total_s = self._since_sent()
+
+    def _open_when_started(self) -> None:
+        """The chat is open once on_chat_start is over and its first message came, in either
+        order: the app sends the welcome after on_chat_start's task_end (app/session_tasks.py)."""
+        if (self.record.welcomed or self.record.error) and not self._starting:
+            self.opened.set()
 
     def _on_refused(self, data=None) -> None:
         if isinstance(data, dict):  # the app's reason; a failed transport gives a plain string

@@ -16,11 +16,13 @@ socket.io client speaking Chainlit 2.12's protocol, as read in chainlit's
   ``stream_token`` ``{id, token}``; ``Message.send()`` at the end emits
   ``new_message`` with the same id and the final text, then ``task_end``.
   Opening a chat sends task events of its own: ``task_end`` for
-  ``connection_successful``, then ``task_start`` ... welcome ... ``task_end``
-  around ``on_chat_start``.  A chat is open once that last one came (the welcome
-  alone could still be followed by on_chat_start's ``task_end``, which would be
-  taken for the end of our turn), and only a ``task_end`` after the
-  ``task_start`` that follows our message ends the turn.
+  ``connection_successful``, then ``task_start`` ... ``task_end`` around
+  ``on_chat_start``, and the welcome (the app sends it once on_chat_start is
+  over, so that no message typed in between is lost).  A chat is open once both
+  came, in either order (the welcome alone could still be followed by
+  on_chat_start's ``task_end``, which would be taken for the end of our turn),
+  and only a ``task_end`` after the ``task_start`` that follows our message ends
+  the turn.
 
 All chats connect and get their welcome first, then all send at once: the
 replies are generated together, which is the load the check is about.  Each
@@ -257,3 +259,4 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else render(result))
+    return 0 if result["summary"]["ok"] else 1

@@ -1,0 +1,35 @@
+"""app/chat_settings.py: the seed a QA tester types in the settings panel."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.chat_settings import MAX_SEED, BadSeed, ChatParams, apply, parse_seed, sampling_extra
+
+PARAMS = ChatParams("sys", 0.7, 0.9, 256)
+
+
+@pytest.mark.parametrize("typed, seed", [("", None), ("  ", None), (None, None), ("0", 0),
+                                         (" 42 ", 42), (str(MAX_SEED), MAX_SEED)])
+def test_seed_is_empty_or_a_whole_number(typed, seed):
+    assert parse_seed(typed) == seed
+
+
+@pytest.mark.parametrize("typed", ["-1", "4.5", "abc", "1e3", str(MAX_SEED + 1)])
+def test_a_bad_seed_is_refused_with_what_was_typed(typed):
+    with pytest.raises(BadSeed) as info:
+        apply({"seed": typed, "temperature": 1.0}, PARAMS, 1000)
+    assert info.value.value == typed
+
+
+def test_apply_sets_and_clears_the_seed():
+    seeded = apply({"seed": "7"}, PARAMS, 1000)
+    assert seeded.seed == 7 and seeded.temperature == 0.7
+    assert apply({"temperature": 1.2}, seeded, 1000).seed == 7  # not in the update: kept
+    assert apply({"seed": ""}, seeded, 1000).seed is None
+
+
+def test_the_request_carries_the_seed_and_ignore_eos():
+    assert sampling_extra(PARAMS, ignore_eos=False) is None
+    assert sampling_extra(ChatParams("", 0.7, 0.9, 256, seed=3), ignore_eos=True) == {
+        "seed": 3, "ignore_eos": True}
