@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from contextlib import aclosing
 from pathlib import Path
 from typing import Optional
@@ -23,14 +22,14 @@ import httpx
 from chainlit.config import config as chainlit_config
 
 from app import engine_client as ec
-from app import export, regenerate, session_tasks, upload_check
+from app import boot_cookie, export, regenerate, session_tasks, upload_check
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
 from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, refusal, text
 from app.token_batcher import TokenBatcher
-from server import chat_db, sticky
+from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.metrics import fetch_metrics_async
@@ -43,10 +42,9 @@ SETTINGS = load_settings()
 CLIENT = ec.make_client(SETTINGS)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
-# Set by the supervisor for each app worker; None when the app runs on its own.
-WORKER_INDEX = int(os.environ["ERNIE_WORKER_INDEX"]) if "ERNIE_WORKER_INDEX" in os.environ else None
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
+RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
 # Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
 # only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
@@ -55,6 +53,7 @@ CHAINLIT_STOP_MESSAGE = "Task manually stopped."
 UPLOADS = chainlit_config.features.spontaneous_file_upload
 MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
 upload_check.install()
+boot_cookie.install()
 
 
 def lang() -> str:
@@ -63,6 +62,11 @@ def lang() -> str:
 
 async def notice(content: str, kind: str = "notice") -> None:
     await cl.Message(content=content, metadata={"kind": kind}).send()
+
+
+async def notice_after(delay_s: float, content: str, kind: str) -> None:
+    await asyncio.sleep(delay_s)
+    await notice(content, kind)
 
 
 async def engine_model() -> tuple[str, int]:
@@ -118,10 +122,9 @@ def max_reply_budget() -> int:
 
 
 def moved_here() -> bool:
-    """A browser pinned to another worker arrived here: that worker stopped and the
-    balancer moved the chat (server/sticky.py)."""
+    """The chat's page came from an app process that is gone (app/boot_cookie.py)."""
     environ = cl.context.session.environ or {}
-    return sticky.moved(environ.get("HTTP_COOKIE"), WORKER_INDEX)
+    return boot_cookie.lost_its_process(environ.get("HTTP_COOKIE"))
 
 
 @cl.on_chat_start
@@ -363,4 +366,6 @@ if SETTINGS.chat_db is not None:
         start_session(conversation_from_thread(thread, chosen.system_prompt or SETTINGS.system_prompt))
         await send_panel()
         if moved_here():
-            await notice(text(lang(), "moved_saved"), "moved")
+            # Chainlit sends the saved steps right after this returns, and the browser replaces
+            # what it shows with them: a notice sent now would vanish, so it follows them.
+            asyncio.create_task(notice_after(RESUME_NOTICE_DELAY_S, text(lang(), "moved_saved"), "moved"))

@@ -1,5 +1,5 @@
 """The shape of the stack (pure parts): how many of each process, where they listen, the
-HAProxy configuration (checked by the real HAProxy), the sticky cookie, and reading
+HAProxy configuration (checked by the real HAProxy), the page's boot cookie, and reading
 vLLM's log for the number of API servers it really runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from server import sticky
+from app import boot_cookie
 from server.chat_db import without_password
 from server.settings import load_settings
 from server.stack import balancer
@@ -77,7 +77,8 @@ def test_the_haproxy_config_pins_browsers_balances_streams_and_checks_health():
     s = load_settings(engine_copies=2, app_workers=2)
     text = balancer.render_haproxy(balancer_config(plan_topology(s, "cpu", 2, ports())))
     chat = text.split("\nbackend chat_servers")[1].split("\nfrontend")[0]
-    assert f"cookie {sticky.COOKIE} insert indirect nocache" in chat
+    assert f"cookie {balancer.STICKY_COOKIE} insert indirect nocache" in chat
+    assert "option forwardfor" in chat                 # the login throttle sees the browser
     assert "server chat0 127.0.0.1:41002 check inter 1s fall 2 rise 1 cookie w0" in chat
     engine = text.split("\nbackend engine_servers")[1]
     assert "balance leastconn" in engine and "option httpchk GET /health" in engine
@@ -103,15 +104,15 @@ def test_without_haproxy_the_message_says_how_to_install_it(monkeypatch):
         balancer.haproxy_path()
 
 
-# --- the sticky cookie ------------------------------------------------------------------------
+# --- which app process served the page -----------------------------------------------------------
 
-def test_a_browser_pinned_to_another_worker_was_moved():
-    assert sticky.pinned_worker("a=1; ERNIE_WORKER=w2; b=3") == 2
-    assert sticky.pinned_worker("ERNIE_WORKER=x2") is None and sticky.pinned_worker(None) is None
-    assert sticky.moved("ERNIE_WORKER=w0", my_index=1)
-    assert not sticky.moved("ERNIE_WORKER=w1", my_index=1)
-    assert not sticky.moved("", my_index=1)           # a first visit: not pinned yet
-    assert not sticky.moved("ERNIE_WORKER=w0", None)  # one worker, no balancer
+def test_a_page_from_a_process_that_is_gone_means_the_chat_lost_it():
+    mine = boot_cookie.BOOT_ID
+    assert not boot_cookie.lost_its_process(f"a=1; {boot_cookie.COOKIE}={mine}")
+    assert boot_cookie.lost_its_process(f"{boot_cookie.COOKIE}=0123456789abcdef; b=2")
+    assert not boot_cookie.lost_its_process("")            # a first visit
+    assert not boot_cookie.lost_its_process(None)
+    assert not boot_cookie.lost_its_process('bad"cookie')  # not ours to judge
 
 
 # --- what vLLM's log says about its API servers ---------------------------------------------

@@ -34,7 +34,8 @@ class SessionRecord:
     tag: str
     prompt: str
     welcomed: bool = False
-    moved: bool = False            # the app said the chat moved to another worker
+    moved: bool = False            # the app said the chat lost its app process
+    resumed: bool = False          # the app reopened the chat from its saved steps
     thread_id: str = ""            # the chat's thread, once the app started one
     open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
     ttft_s: Optional[float] = None
@@ -110,7 +111,7 @@ class ChatSession:
             return False
         await self.opened.wait()
         self.record.open_s = time.perf_counter() - started
-        return (self.record.welcomed or self.record.moved) and not self.record.error
+        return (self.record.welcomed or self.record.moved or self.record.resumed) and not self.record.error
 
     async def ask(self) -> None:
         self.sent_at = time.perf_counter()
@@ -156,6 +157,9 @@ class ChatSession:
         kind = (data.get("metadata") or {}).get("kind")
         if event == "first_interaction":
             record.thread_id = data.get("thread_id") or record.thread_id
+        elif event == "resume_thread":  # a chat reopened from its saved steps: no welcome
+            record.resumed = True
+            self.opened.set()
         elif event == "task_start":
             self._in_turn = self.sent_at is not None
             self._starting = not self._in_turn

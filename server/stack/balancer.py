@@ -12,7 +12,7 @@ Chat sessions live in the memory of the worker that opened them (Chainlit's
 buttons, file uploads and reconnects are HTTP requests that look the session up
 there.  So the chat frontend pins a browser to its worker with a cookie that
 HAProxy inserts into the first answer; when that worker is down, ``redispatch``
-sends the browser to a live one, where the chat says it was moved.
+sends the browser to a live one, where the chat says it was moved (app/boot_cookie.py).
 
 The engine frontend has no stickiness: any copy can serve any request, since
 the chat sends the whole history every time.
@@ -25,11 +25,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server import sticky
 from server.errors import ErnieChatError
 
 # Streams pause while a model thinks or a user reads; an idle stream is not a dead one.
 STREAM_TIMEOUT = "1h"
+STICKY_COOKIE = "ERNIE_WORKER"
 # Down after two failed checks 1 s apart: a dead worker or copy leaves rotation in ~2 s.
 CHECK = "check inter 1s fall 2 rise 1"
 
@@ -103,9 +103,11 @@ def render_haproxy(config: BalancerConfig) -> str:
                   "", f"backend {front.name}_servers", "    balance leastconn",
                   f"    option httpchk GET {front.health_path}"]
         if front.sticky:
-            lines.append(f"    cookie {sticky.COOKIE} insert indirect nocache httponly")
+            # The workers see the browser's own address, for the login throttle (app/login.py).
+            lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly",
+                      "    option forwardfor"]
         for i, server in enumerate(front.servers):
-            cookie = f" cookie {sticky.cookie_value(i)}" if front.sticky else ""
+            cookie = f" cookie w{i}" if front.sticky else ""
             lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
     return "\n".join(lines) + "\n"
 
