@@ -29,6 +29,7 @@ from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.metrics import fetch_metrics_async
+from server.passwords import check_password
 from server.settings import load_settings
 from server.usage_log import append_usage
 
@@ -257,7 +258,7 @@ if SETTINGS.chat_db is not None:
 
     @cl.password_auth_callback
     def password_auth(username: str, password: str) -> Optional[cl.User]:
-        name = chat_db.check_password(SETTINGS.user_passwords, username, password)
+        name = check_password(SETTINGS.user_passwords, username, password)
         return cl.User(identifier=name, metadata={"provider": "password"}) if name else None
 
     @cl.on_chat_resume

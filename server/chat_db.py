@@ -1,4 +1,4 @@
-"""Saved chats on a SQLite file, and password login, both switched on by ERNIE_CHAT_DB.
+"""Saved chats on a SQLite file, switched on by ERNIE_CHAT_DB (with login: server/passwords.py).
 
 Chainlit shows its history sidebar only with a data layer AND authentication.
 Its SQLAlchemy data layer expects tables that Chainlit documents for Postgres;
@@ -9,10 +9,8 @@ only a warning (docs/notes.md, "Chainlit 2.12").
 
 from __future__ import annotations
 
-import hmac
 import sqlite3
 from pathlib import Path
-from typing import Optional
 
 from server.errors import ErnieChatError
 
@@ -66,11 +64,3 @@ def prepare_db(path: Path) -> None:
 
 def data_layer_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path.resolve()}"
-
-
-def check_password(users: dict[str, str], username: str, password: str) -> Optional[str]:
-    """The user's name when the password matches; constant-time compare."""
-    expected = users.get(username)
-    if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
-        return username
-    return None
