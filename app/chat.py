@@ -20,6 +20,7 @@ import chainlit as cl
 import httpx
 
 from app import engine_client as ec
+from app import login
 from app.chat_settings import ChatParams, apply, default_params, panel
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
 from app.personas import chat_profiles, persona
@@ -29,7 +30,6 @@ from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.metrics import fetch_metrics_async
-from server.passwords import check_password
 from server.settings import load_settings
 from server.usage_log import append_usage
 
@@ -256,10 +256,7 @@ if SETTINGS.chat_db is not None:
     def data_layer():
         return SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(SETTINGS.chat_db))
 
-    @cl.password_auth_callback
-    def password_auth(username: str, password: str) -> Optional[cl.User]:
-        name = check_password(SETTINGS.user_passwords, username, password)
-        return cl.User(identifier=name, metadata={"provider": "password"}) if name else None
+    login.install(SETTINGS)
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
