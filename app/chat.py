@@ -20,16 +20,16 @@ import chainlit as cl
 import httpx
 
 from app import engine_client as ec
-from app import login
+from app import live_view, login, server_info, token_count
 from app.chat_settings import ChatParams, apply, default_params, panel
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
+from app.live_stats import LIVE
 from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, text
 from app.token_batcher import TokenBatcher
 from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
-from server.metrics import fetch_metrics_async
 from server.settings import load_settings
 from server.usage_log import append_usage
 
@@ -39,6 +39,7 @@ SETTINGS = load_settings()
 CLIENT = ec.make_client(SETTINGS)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
+live_view.install(SETTINGS.engine_base_url)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 
@@ -52,14 +53,16 @@ async def notice(content: str, kind: str = "notice") -> None:
 
 
 async def engine_model() -> tuple[str, int]:
-    """(served name, max_model_len), asked once per chat and again after a failure."""
+    """(served name, context window), asked once per chat and again after a failure."""
     cached = cl.user_session.get("engine_model")
-    if cached:
+    # A resumed chat gets its session back from JSON: the tuple, but no ServerInfo (docs/notes.md).
+    if cached and isinstance(cl.user_session.get("server"), server_info.ServerInfo):
         return cached
-    name, max_len, root = await ec.served_model(CLIENT)
-    cl.user_session.set("engine_model", (name, max_len or SETTINGS.max_model_len))
-    cl.user_session.set("is_demo", is_demo_model(root))
-    return name, max_len or SETTINGS.max_model_len
+    server = await server_info.probe(CLIENT, HTTP, SETTINGS)
+    cl.user_session.set("server", server)  # what it is, and how it counts tokens
+    cl.user_session.set("engine_model", (server.model, server.window))
+    cl.user_session.set("is_demo", is_demo_model(server.root))
+    return server.model, server.window
 
 
 async def show_error(content: str) -> None:
@@ -70,7 +73,9 @@ async def show_error(content: str) -> None:
 
 async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     kind = ec.error_kind(exc)
-    if kind == "unreachable" and mid_reply:
+    if kind == "too_long":
+        kind = "server_too_long"  # only a server that cannot count lets this happen
+    elif kind == "unreachable" and mid_reply:
         kind = "interrupted"  # the connection broke after tokens came: the engine died
     elif kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
         kind = "loading"  # the supervisor says vLLM is on its way back
@@ -108,13 +113,14 @@ async def on_chat_start() -> None:
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
     try:
-        name, _ = await engine_model()
+        await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
         await send_panel()
         await say_error(exc)
         return
     await send_panel()
-    welcome = text(lang(), "welcome", model=name)
+    welcome = (server_info.describe(lang(), cl.user_session.get("server"))
+               + "\n\n" + text(lang(), "live_link", path=live_view.PAGE))
     if cl.user_session.get("is_demo"):
         welcome += "\n\n" + text(lang(), "demo")
     await notice(welcome, "welcome")
@@ -167,11 +173,11 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
-    pieces = ec.stream_reply(
+    pieces = LIVE.track(ec.stream_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
-    )
+    ), stats)  # the live view's figures
     try:
         async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
             async for piece in pieces:
@@ -200,17 +206,18 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
 
 
 def _counter(model: str):
-    async def count(messages: list[dict]) -> int:
-        return await ec.count_tokens(HTTP, SETTINGS.engine_base_url,
-                                     model, messages, SETTINGS.api_key_value)
-    return count
+    server: server_info.ServerInfo = cl.user_session.get("server")
+    return token_count.counter(HTTP, server.url, model, server.counting, SETTINGS.api_key_value)
 
 
 async def show_status() -> None:
     try:
-        metrics = await fetch_metrics_async(HTTP, SETTINGS.engine_base_url)
+        metrics = await server_info.read_metrics(HTTP, SETTINGS.engine_base_url)
     except Exception as exc:
         await say_error(exc)
+        return
+    if metrics is None:
+        await notice(text(lang(), "no_metrics", url=SETTINGS.engine_base_url), "status")
         return
     await notice(f"**{SETTINGS.engine_base_url}** — {metrics.summary()}", "status")
 

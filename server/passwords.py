@@ -81,4 +81,5 @@ def plain_warning(users: dict[str, str]) -> Optional[str]:
         return None
     return (f"WARNING: ERNIE_USERS holds the password of {', '.join(names)} in plain text: anyone "
             "who reads .env or the environment can read it. Replace each with its hash: "
-            "./scripts/ernie-chat hash-password --user NAME")
+            "./scripts/ernie-chat hash-password --user NAME (if you did set a hash, a shell ate "
+            "its $ parts: put the value in single quotes)")

@@ -11,6 +11,7 @@ import pytest
 
 from app import engine_client as ec
 from app.history import Conversation, TooLong, fit
+from app.server_info import probe
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
 pytestmark = pytest.mark.engine
@@ -46,10 +47,12 @@ async def ask(client, settings, messages, **kw):
 
 async def test_engine_reports_model_and_window(engine, client):
     settings, stack = engine
-    name, max_len, root = await ec.served_model(client)
-    assert name == settings.served_model_name
-    assert max_len == TEST_MAX_MODEL_LEN == stack.info.max_model_len
-    assert (root and stack.info.is_demo)
+    async with httpx.AsyncClient(timeout=10) as http:
+        server = await probe(client, http, settings)
+    assert server.model == settings.served_model_name
+    assert server.window == TEST_MAX_MODEL_LEN == stack.info.max_model_len
+    assert (server.kind, server.window_source, server.counting) == ("vllm", "server", "vllm")
+    assert (server.root and stack.info.is_demo)
 
 
 async def test_streamed_multi_turn_chat(engine, client, counter):
