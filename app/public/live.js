@@ -29,9 +29,10 @@
     canvas.height = Math.max(1, h * ratio);
     const g = canvas.getContext("2d");
     g.scale(ratio, ratio);
-    g.font = `${Math.max(14, Math.round(h * 0.12))}px sans-serif`;
+    const size = Math.max(14, Math.round(h * 0.12));
+    g.font = `${size}px sans-serif`;
     g.textBaseline = "top";
-    return { g, w, h };
+    return { g, w, h, room: h - size - 10 };  // room: the plot's height under the scale's label
   }
 
   // The scale's top: a round number above the largest value (or the fixed top given).
@@ -47,11 +48,11 @@
     g.lineWidth = 1;
     g.beginPath(); g.moveTo(0, h - 1); g.lineTo(w, h - 1); g.moveTo(0, 0); g.lineTo(w, 0); g.stroke();
     g.fillStyle = "#bbb";
-    g.fillText(`${fmt(top, top < 10 ? 1 : 0)} ${unit}`, 4, 4);
+    g.fillText(`${fmt(top, Number.isInteger(top) ? 0 : 1)} ${unit}`, 4, 4);
   }
 
   function lines(canvas, series, unit, fixedTop) {
-    const { g, w, h } = surface(canvas);
+    const { g, w, h, room } = surface(canvas);
     const top = topOf(series.flatMap((s) => s.data.filter((v) => v != null)), fixedTop);
     frame(g, w, h, top, unit);
     for (const { data, color } of series) {
@@ -61,7 +62,7 @@
       let pen = false;
       data.forEach((v, i) => {
         if (v == null) { pen = false; return; }
-        const x = w - (data.length - 1 - i) * (w / (POINTS - 1)), y = h - 2 - (v / top) * (h - 4);
+        const x = w - (data.length - 1 - i) * (w / (POINTS - 1)), y = h - 2 - (v / top) * room;
         if (pen) g.lineTo(x, y); else g.moveTo(x, y);
         pen = true;
       });
@@ -70,13 +71,13 @@
   }
 
   function bars(canvas, values, color, unit) {
-    const { g, w, h } = surface(canvas);
+    const { g, w, h, room } = surface(canvas);
     const top = topOf(values);
     frame(g, w, h, top, unit);
     const slot = w / Math.max(values.length, 10);
     g.fillStyle = color;
     values.forEach((v, i) => {
-      const height = (v / top) * (h - 4);
+      const height = (v / top) * room;
       g.fillRect(i * slot + slot * 0.15, h - 1 - height, slot * 0.7, height);
     });
   }
@@ -105,7 +106,8 @@
 
     show("tokens", fmt(d.tokens_per_s, 1), d.tokens_per_s);
     show("requests", `${fmt(running)} <small>/</small> ${fmt(d.waiting)}`, running);
-    show("kv", d.kv_cache_pct == null ? "–" : `${fmt(d.kv_cache_pct, 1)}<small>%</small>`, d.kv_cache_pct);
+    const kvDigits = d.kv_cache_pct != null && d.kv_cache_pct < 1 ? 2 : 1;  // a big pool fills slowly
+    show("kv", d.kv_cache_pct == null ? "–" : `${fmt(d.kv_cache_pct, kvDigits)}<small>%</small>`, d.kv_cache_pct);
     show("chats", fmt(d.chats), d.chats);
     const last = d.replies.slice(-20), ttfts = last.map((r) => r.ttft_ms);
     show("ttft", last.length ? `${fmt(ttfts[ttfts.length - 1])}<small> ms</small>` : "–", d.replies_total);
