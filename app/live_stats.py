@@ -27,7 +27,7 @@ MIN_RATE_INTERVAL_S = 0.5
 class Reply:
     finished: float  # time.monotonic()
     ttft_ms: float
-    tokens_per_s: Optional[float]
+    tokens_per_s: Optional[float]  # None for a reply cut short (Stop, an error)
     tokens: Optional[int]
 
 
@@ -36,23 +36,23 @@ class LiveStats:
     replies: deque = field(default_factory=lambda: deque(maxlen=RECENT_REPLIES))
     streaming: int = 0  # replies this app is streaming now
     pieces: int = 0     # text pieces streamed since start (one per token from vLLM)
-    finished: int = 0   # replies completed since start
+    recorded: int = 0   # replies recorded since start
     _readings: dict = field(default_factory=dict)  # source -> (time, counter, rate)
 
     async def track(self, pieces: AsyncIterator[str], stats: ReplyStats) -> AsyncIterator[str]:
-        """Pass a reply's pieces through, counting them; record the reply when it completes."""
+        """Pass a reply's pieces through, counting them; record the reply when it ends."""
         self.streaming += 1
         try:
             async with aclosing(pieces):  # closed at once when the chat stops reading
                 async for piece in pieces:
                     self.pieces += 1
                     yield piece
-            self.finished += 1
-            if stats.ttft_s is not None:
-                self.replies.append(Reply(time.monotonic(), stats.ttft_s * 1000, stats.tokens_per_s,
-                                          stats.completion_tokens))
         finally:
             self.streaming -= 1
+            if stats.ttft_s is not None:  # a stopped or broken reply had its first token too
+                self.recorded += 1
+                self.replies.append(Reply(time.monotonic(), stats.ttft_s * 1000, stats.tokens_per_s,
+                                          stats.completion_tokens))
 
     def rate(self, source: str, counter: float, now: float) -> float:
         """Per-second growth of ``counter`` since its previous reading."""
@@ -81,7 +81,7 @@ class LiveStats:
             "kv_cache_pct": metrics.kv_cache_usage * 100 if metrics else None,
             "streaming": self.streaming,
             "chats": chats,
-            "replies_total": self.finished,
+            "replies_total": self.recorded,
             "replies": [{**asdict(r), "ago_s": now - r.finished} for r in self.replies],
         }
 

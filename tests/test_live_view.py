@@ -35,7 +35,7 @@ def test_rates_come_from_two_readings_and_close_readings_reuse_the_last():
     assert live.rate("engine", 5, now=20.0) == 0.0             # the counter went back: a restart
 
 
-async def test_track_counts_pieces_and_records_finished_replies_only():
+async def test_track_counts_pieces_and_records_each_reply_that_began():
     live = LiveStats()
 
     async def reply(stats, n):
@@ -49,16 +49,27 @@ async def test_track_counts_pieces_and_records_finished_replies_only():
     async for piece in live.track(reply(stats, 11), stats):
         seen.append(piece)
         assert live.streaming == 1
-    assert len(seen) == 11 and live.pieces == 11 and live.streaming == 0 and live.finished == 1
-    (recorded,) = live.replies
-    assert (recorded.ttft_ms, recorded.tokens_per_s, recorded.tokens) == (250.0, 10.0, 11)
+    assert len(seen) == 11 and live.pieces == 11 and live.streaming == 0
+    assert (live.replies[-1].ttft_ms, live.replies[-1].tokens_per_s, live.replies[-1].tokens) == (250.0, 10.0, 11)
 
-    stopped = live.track(reply(ReplyStats(), 50), ReplyStats())  # Stop after 3 pieces
+    stats = ReplyStats(started=200.0)
+    stopped = live.track(reply(stats, 50), stats)  # Stop after 3 pieces
     async for _ in stopped:
         if live.pieces == 14:
             break
     await stopped.aclose()
-    assert live.streaming == 0 and len(live.replies) == 1 and live.finished == 1
+    assert live.streaming == 0 and live.recorded == 2
+    assert (live.replies[-1].ttft_ms, live.replies[-1].tokens_per_s) == (250.0, None)
+
+    failed = ReplyStats()
+
+    async def refused(stats):  # the server refused: no first token, nothing to record
+        raise RuntimeError("refused")
+        yield ""
+    with pytest.raises(RuntimeError):
+        async for _ in live.track(refused(failed), failed):
+            pass
+    assert live.streaming == 0 and live.recorded == 2
 
 
 def test_snapshot_uses_the_engine_where_it_has_metrics_else_the_app():
@@ -183,10 +194,13 @@ def test_the_figures_move_while_a_chat_replies(chat_app, tmp_path):
             live.wait_for_function("document.querySelector('#tokens').dataset.value > 0", timeout=60_000)
             live.wait_for_function("document.querySelector('#requests').dataset.value >= 1", timeout=30_000)
             assert 0 <= tile(live, "kv") <= 100
+            # Stopped (a busy machine must not have to decode all 3,000), the reply joins the list.
+            chat.locator("#stop-button").evaluate("button => button.click()")
             live.wait_for_function(f"document.querySelector('#ttft').dataset.value > {replies_before}",
-                                   timeout=180_000)
+                                   timeout=60_000)
             first = live.locator("#ttft-list li").first.inner_text()
-            assert re.fullmatch(r"[\d,]+ ms · [\d.,]+ tok/s", first), first
+            assert re.fullmatch(r"[\d,]+ ms · – tok/s", first), first  # no decode speed when cut
+            live.wait_for_function("document.querySelector('#requests').dataset.value == 0", timeout=30_000)
             live.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT")
                                      else tmp_path / "live.png"))
 

@@ -135,3 +135,16 @@ def test_hash_password_on_a_terminal_does_not_echo_and_asks_twice():
     assert "typed-secret" not in text, "the password was echoed"
     hashed = next(line for line in text.split() if line.startswith("$2b$"))
     assert passwords.matches(hashed, "typed-secret")
+
+
+def test_up_warns_about_plain_passwords_before_starting(monkeypatch, capsys):
+    """`up` says it in the terminal; the stack itself is not started here."""
+    from server import cli
+    from server.stack import supervisor
+    started = []
+    monkeypatch.setattr(supervisor, "run", lambda settings: started.append(settings) or 0)
+    hashed = passwords.hash_password("x", rounds=FAST)
+    monkeypatch.setenv("ERNIE_USERS", f"alice:{hashed},bob:builder")
+    assert cli.main(["up"]) == 0 and started
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "bob" in err and "alice" not in err and "builder" not in err
