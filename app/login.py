@@ -25,6 +25,7 @@ from typing import Optional
 import chainlit as cl
 
 from app.login_throttle import DelayPolicy, LoginThrottle, attempt_keys
+from app.texts import lang_of, text
 from server.passwords import check_password, plain_warning
 from server.settings import Settings
 
@@ -36,6 +37,7 @@ class Attempt:
     """One POST /login, as the middleware sees it."""
 
     address: str
+    lang: str = "en"
     refused_for_s: Optional[float] = None  # set when the throttle refused it outright
 
 
@@ -53,7 +55,9 @@ class LoginGuard:
             await self.app(scope, receive, send)
             return
         # Behind a proxy on 127.0.0.1, uvicorn already put X-Forwarded-For's address here.
-        attempt = Attempt(address=(scope.get("client") or ("unknown",))[0])
+        headers = dict(scope.get("headers") or ())
+        attempt = Attempt(address=(scope.get("client") or ("unknown",))[0],
+                          lang=lang_of(headers.get(b"accept-language", b"").decode("latin-1")))
         token = _ATTEMPT.set(attempt)
         try:
             await self.app(scope, receive, _refusing(attempt, send))
@@ -68,9 +72,10 @@ def _refusing(attempt: Attempt, send):
             await send(message)
         elif message["type"] == "http.response.start":
             seconds = math.ceil(attempt.refused_for_s)
-            body = json.dumps({"detail": f"Too many failed logins: try again in {seconds} s."}).encode()
+            detail = text(attempt.lang, "login_throttled", seconds=seconds)
+            body = json.dumps({"detail": detail}, ensure_ascii=False).encode()
             await send({"type": "http.response.start", "status": 429,
-                        "headers": [(b"content-type", b"application/json"),
+                        "headers": [(b"content-type", b"application/json; charset=utf-8"),
                                     (b"content-length", str(len(body)).encode()),
                                     (b"retry-after", str(seconds).encode())]})
             await send({"type": "http.response.body", "body": body})

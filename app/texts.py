@@ -63,6 +63,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_engine_down": "The engine does not answer.",
         "live_login": "Log in to the chat first, then reload this page.",
         "live_app_down": "The chat app does not answer.",
+        "login_throttled": "Too many failed logins: try again in {seconds} s.",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -108,6 +109,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_engine_down": "推理引擎没有响应。",
         "live_login": "请先登录聊天，然后刷新本页。",
         "live_app_down": "聊天应用没有响应。",
+        "login_throttled": "登录失败次数过多：请在 {seconds} 秒后重试。",
     },
 }
 
