@@ -44,7 +44,8 @@ def choose_window(reported: Optional[int], settings: Settings) -> tuple[int, str
     return settings.max_model_len, "default"
 
 
-async def llamacpp_window(http: httpx.AsyncClient, base_url: str, api_key: Optional[str]) -> Optional[int]:
+async def llamacpp_window(http: httpx.AsyncClient, base_url: str,
+                          api_key: Optional[str]) -> Optional[int]:
     """llama.cpp's per-request context (a slot's n_ctx) from GET /props."""
     try:
         response = await http.get(f"{base_url}/props", headers=auth_headers(api_key))
@@ -73,7 +74,8 @@ async def probe(client: AsyncOpenAI, http: httpx.AsyncClient, settings: Settings
 def describe(lang: str, server: ServerInfo) -> str:
     """The welcome's lines about the server: what it is, its window, how prompts are counted."""
     window = f"{server.window:,}"
-    return (text(lang, "welcome", model=server.model, server=text(lang, f"server_{server.kind}", url=server.url))
+    name = text(lang, f"server_{server.kind}", url=server.url)
+    return (text(lang, "welcome", model=server.model, server=name)
             + "\n\n" + text(lang, f"window_{server.window_source}", window=window)
             + " " + text(lang, f"count_{server.counting}"))
 
@@ -81,7 +83,8 @@ def describe(lang: str, server: ServerInfo) -> str:
 async def read_metrics(http: httpx.AsyncClient, base_url: str) -> Optional[EngineMetrics]:
     """vLLM's /metrics; None when the server has none (any other server, or a refusal)."""
     response = await http.get(f"{base_url}/metrics")
-    if response.status_code in (401, 403, 404, 405) or (response.is_success and "vllm:" not in response.text):
+    refused = response.status_code in (401, 403, 404, 405)
+    if refused or (response.is_success and "vllm:" not in response.text):
         return None
     response.raise_for_status()  # a server in trouble is not a server without metrics
     return parse_metrics(response.text)

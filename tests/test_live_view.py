@@ -50,7 +50,8 @@ async def test_track_counts_pieces_and_records_each_reply_that_began():
         seen.append(piece)
         assert live.streaming == 1
     assert len(seen) == 11 and live.pieces == 11 and live.streaming == 0
-    assert (live.replies[-1].ttft_ms, live.replies[-1].tokens_per_s, live.replies[-1].tokens) == (250.0, 10.0, 11)
+    last = live.replies[-1]
+    assert (last.ttft_ms, last.tokens_per_s, last.tokens) == (250.0, 10.0, 11)
 
     stats = ReplyStats(started=200.0)
     stopped = live.track(reply(stats, 50), stats)  # Stop after 3 pieces
@@ -129,7 +130,8 @@ def test_with_login_on_the_data_need_the_chats_login(app_with_login):
     assert httpx.get(f"{url}{DATA}", timeout=10).status_code == 401
     assert httpx.get(f"{url}{PAGE}", timeout=10).status_code == 200  # the empty page says "log in"
     with httpx.Client(timeout=10) as http:
-        assert http.post(f"{url}/login", data={"username": "alice", "password": "wonderland"}).status_code == 200
+        form = {"username": "alice", "password": "wonderland"}
+        assert http.post(f"{url}/login", data=form).status_code == 200
         data = http.get(f"{url}{DATA}")
     assert data.status_code == 200 and data.json()["engine_up"] is False
 
@@ -188,13 +190,18 @@ def test_the_figures_move_while_a_chat_replies(chat_app, tmp_path):
             assert live.locator("#notice").is_hidden(), "vLLM has /metrics: no notice"
             replies_before = tile(live, "ttft")
 
+            before = chat.locator(ASSISTANT).count()
             chat.locator("#chat-input").fill("Tell me a long story.")
             chat.keyboard.press("Enter")
             # While the reply streams (3,000 tokens), the page shows vLLM generating.
             live.wait_for_function("document.querySelector('#tokens').dataset.value > 0", timeout=60_000)
             live.wait_for_function("document.querySelector('#requests').dataset.value >= 1", timeout=30_000)
             assert 0 <= tile(live, "kv") <= 100
-            # Stopped (a busy machine must not have to decode all 3,000), the reply joins the list.
+            # Some way into the reply (a few seconds of plot), Stop: a busy machine must not
+            # have to decode all 3,000 tokens. The stopped reply joins the list.
+            chat.wait_for_function(
+                f"document.querySelectorAll('{ASSISTANT}')[{before}]?.innerText.length > 2000",
+                timeout=120_000)
             chat.locator("#stop-button").evaluate("button => button.click()")
             live.wait_for_function(f"document.querySelector('#ttft').dataset.value > {replies_before}",
                                    timeout=60_000)
