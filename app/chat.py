@@ -12,7 +12,6 @@ other message the chat shows (welcome, notices, errors, figures) is marked
 from __future__ import annotations
 
 import asyncio
-import json
 from contextlib import aclosing
 from pathlib import Path
 from typing import Optional
@@ -22,17 +21,18 @@ import httpx
 from chainlit.config import config as chainlit_config
 
 from app import engine_client as ec
-from app import boot_cookie, export, regenerate, session_tasks, upload_check
+from app import (boot_cookie, export, live_view, login, regenerate, saved_chats, server_info,
+                 session_tasks, token_count, upload_check)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
+from app.live_stats import LIVE
 from app.personas import chat_profiles, persona
 from app.texts import figures_line, lang_of, refusal, text
 from app.token_batcher import TokenBatcher
 from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
-from server.metrics import fetch_metrics_async
 from server.settings import load_settings
 from server.usage_log import append_usage
 
@@ -42,6 +42,7 @@ SETTINGS = load_settings()
 CLIENT = ec.make_client(SETTINGS)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
+live_view.install(SETTINGS.engine_base_url)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
@@ -70,14 +71,16 @@ async def notice_after(delay_s: float, content: str, kind: str) -> None:
 
 
 async def engine_model() -> tuple[str, int]:
-    """(served name, max_model_len), asked once per chat and again after a failure."""
+    """(served name, context window), asked once per chat and again after a failure."""
     cached = cl.user_session.get("engine_model")
-    if cached:
+    # A resumed chat gets its session back from JSON: the tuple, but no ServerInfo (docs/notes.md).
+    if cached and isinstance(cl.user_session.get("server"), server_info.ServerInfo):
         return cached
-    name, max_len, root = await ec.served_model(CLIENT)
-    cl.user_session.set("engine_model", (name, max_len or SETTINGS.max_model_len))
-    cl.user_session.set("is_demo", is_demo_model(root))
-    return name, max_len or SETTINGS.max_model_len
+    server = await server_info.probe(CLIENT, HTTP, SETTINGS)
+    cl.user_session.set("server", server)  # what it is, and how it counts tokens
+    cl.user_session.set("engine_model", (server.model, server.window))
+    cl.user_session.set("is_demo", is_demo_model(server.root))
+    return server.model, server.window
 
 
 async def show_error(content: str) -> None:
@@ -88,7 +91,9 @@ async def show_error(content: str) -> None:
 
 async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     kind = ec.error_kind(exc)
-    if kind == "unreachable" and mid_reply:
+    if kind == "too_long":
+        kind = "server_too_long"  # only a server that cannot count lets this happen
+    elif kind == "unreachable" and mid_reply:
         kind = "interrupted"  # the connection broke after tokens came: the engine died
     elif kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
         kind = "loading"  # the supervisor says vLLM is on its way back
@@ -134,13 +139,14 @@ async def on_chat_start() -> None:
     if moved_here():
         await notice(text(lang(), "moved"), "moved")
     try:
-        name, _ = await engine_model()
+        await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
         await send_panel()
         session_tasks.after_start(say_error(exc))
         return
     await send_panel()
-    welcome = text(lang(), "welcome", model=name)
+    welcome = (server_info.describe(lang(), cl.user_session.get("server"))
+               + "\n\n" + text(lang(), "live_link", path=live_view.PAGE))
     if cl.user_session.get("is_demo"):
         welcome += "\n\n" + text(lang(), "demo")
     session_tasks.after_start(notice(welcome, "welcome"))  # the composer appears when it can send
@@ -238,11 +244,11 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
-    pieces = ec.stream_reply(
+    pieces = LIVE.track(ec.stream_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body=sampling_extra(params, SETTINGS.ignore_eos),
-    )
+    ), stats)  # the live view's figures
     try:
         async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
             async for piece in pieces:
@@ -273,17 +279,18 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
 
 
 def _counter(model: str):
-    async def count(messages: list[dict]) -> int:
-        return await ec.count_tokens(HTTP, SETTINGS.engine_base_url,
-                                     model, messages, SETTINGS.api_key_value)
-    return count
+    server: server_info.ServerInfo = cl.user_session.get("server")
+    return token_count.counter(HTTP, server.url, model, server.counting, SETTINGS.api_key_value)
 
 
 async def show_status() -> None:
     try:
-        metrics = await fetch_metrics_async(HTTP, SETTINGS.engine_base_url)
+        metrics = await server_info.read_metrics(HTTP, SETTINGS.engine_base_url)
     except Exception as exc:
         await say_error(exc)
+        return
+    if metrics is None:
+        await notice(text(lang(), "no_metrics", url=SETTINGS.engine_base_url), "status")
         return
     await notice(f"**{SETTINGS.engine_base_url}** — {metrics.summary()}", "status")
 
@@ -314,56 +321,19 @@ async def on_chat_end() -> None:
 
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
 
-def conversation_from_thread(thread: dict, system_prompt: str) -> Conversation:
-    """Rebuild the model's history from saved steps: user messages and replies only.
-
-    A regenerated reply follows the one it replaced, so the last reply to a message wins,
-    as it did in the chat.  Attached files were not saved: only the typed text comes back.
-    """
-    conversation = Conversation(system_prompt)
-    asked: Optional[dict] = None  # the last user step
-    for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
-        metadata = step.get("metadata") or {}
-        if isinstance(metadata, str):
-            metadata = json.loads(metadata or "{}")
-        if step.get("type") == "user_message":
-            asked = step
-            conversation.ask(step["id"], step.get("output") or "")
-        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and asked:
-            user = asked.get("output") or ""
-            conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
-            conversation.add(user, (step.get("output") or "").split(FIGURES_MARK)[0])
-    return conversation
-
+if SETTINGS.users is not None:
+    login.install(SETTINGS)
 
 if SETTINGS.chat_db is not None:
-    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
-
     chat_db.prepare_db(SETTINGS.chat_db)
-
-    @cl.data_layer
-    def data_layer():
-        layer = SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(SETTINGS.chat_db))
-        if chat_db.is_postgres(SETTINGS.chat_db):
-            # Chainlit's default pool (5 + 10) runs out at about ten chats (Chainlit #2111).
-            from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-            from sqlalchemy.orm import sessionmaker
-            layer.engine = create_async_engine(layer._conninfo, pool_size=chat_db.POOL_SIZE,
-                                               max_overflow=chat_db.POOL_OVERFLOW)
-            layer.async_session = sessionmaker(bind=layer.engine, expire_on_commit=False,
-                                               class_=AsyncSession)
-        return layer
-
-    @cl.password_auth_callback
-    def password_auth(username: str, password: str) -> Optional[cl.User]:
-        name = chat_db.check_password(SETTINGS.user_passwords, username, password)
-        return cl.User(identifier=name, metadata={"provider": "password"}) if name else None
+    cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db))
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
         chosen = persona((thread.get("metadata") or {}).get("chat_profile")
                          if isinstance(thread.get("metadata"), dict) else None)
-        start_session(conversation_from_thread(thread, chosen.system_prompt or SETTINGS.system_prompt))
+        start_session(saved_chats.conversation_from_thread(
+            thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
         await send_panel()
         if moved_here():
             # Chainlit sends the saved steps right after this returns, and the browser replaces

@@ -142,14 +142,6 @@ async def stream_reply(
     stats.finished_at = time.perf_counter()
 
 
-async def served_model(client: AsyncOpenAI) -> tuple[str, int, str]:
-    """(served name, max_model_len, root path) of the engine's first model."""
-    models = await client.models.list()
-    first = models.data[0]
-    extra = first.model_extra or {}
-    return first.id, int(extra.get("max_model_len") or 0), str(extra.get("root") or "")
-
-
 def error_kind(exc: BaseException) -> str:
     """Sort an exception from the client into the cases the chat explains differently."""
     if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
@@ -161,7 +153,9 @@ def error_kind(exc: BaseException) -> str:
     if isinstance(exc, openai.AuthenticationError):
         return "auth"
     if isinstance(exc, openai.BadRequestError):
-        return "too_long" if "maximum context length" in str(exc) else "bad_request"
+        # vLLM and OpenAI say the first, llama.cpp's server the second.
+        too_long = ("maximum context length", "exceeds the available context size")
+        return "too_long" if any(s in str(exc) for s in too_long) else "bad_request"
     if isinstance(exc, openai.NotFoundError):
         return "model_missing"
     if isinstance(exc, openai.APIStatusError) and exc.status_code == 503:

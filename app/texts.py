@@ -8,8 +8,25 @@ from __future__ import annotations
 
 TEXTS: dict[str, dict[str, str]] = {
     "en": {
-        "welcome": "Hello! I am **{model}**, served by vLLM on this machine. Ask me anything; "
+        "welcome": "Hello! I am **{model}**, served by {server}. Ask me anything; "
                    "the figures under each reply show how fast it came.",
+        "server_vllm": "vLLM at {url}",
+        "server_llamacpp": "llama.cpp's server at {url}",
+        "server_other": "an OpenAI-compatible server at {url}",
+        "window_server": "Context window: {window} tokens, as the server reports.",
+        "window_setting": "Context window: {window} tokens, from ERNIE_CONTEXT_WINDOW (the server "
+                          "does not report one).",
+        "window_default": "Context window: assumed {window} tokens (the server does not report one; "
+                          "set ERNIE_CONTEXT_WINDOW).",
+        "count_vllm": "Prompts are counted exactly by vLLM.",
+        "count_llamacpp": "Prompts are counted by llama.cpp's tokenizer.",
+        "count_estimate": "Prompts are estimated from their length in characters, with a margin: "
+                          "this server cannot count tokens.",
+        "live_link": "📈 [Live view]({path}) for presenters: speed, queue and cache, every second.",
+        "no_metrics": "The server at {url} has no vLLM /metrics, so its load (KV cache, queue) "
+                      "cannot be shown; the figures under each reply still are.",
+        "server_too_long": "The server refused the conversation as too long for the model ({detail}). "
+                           "Start a new chat, or set ERNIE_CONTEXT_WINDOW lower.",
         "demo": "⚠️ This is the built-in **demo model**: a tiny network trained for a minute, so "
                 "its replies are word salad. It shows the stack working; set `ERNIE_MODEL` to a "
                 "real checkpoint for real answers.",
@@ -73,9 +90,36 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_you": "You",
         "export_settings": "Settings",
         "export_model": "Model",
+        # The live view (app/live_view.py)
+        "live_title": "ernie-chat live",
+        "live_tokens": "Tokens per second",
+        "live_requests": "Requests running / waiting",
+        "live_kv": "KV cache in use",
+        "live_chats": "Chats connected",
+        "live_ttft": "Time to first token, last replies",
+        "live_no_metrics": "This server has no vLLM /metrics: tokens/s and running requests are this "
+                           "chat app's own; KV cache and waiting requests cannot be shown.",
+        "live_engine_down": "The engine does not answer.",
+        "live_login": "Log in to the chat first, then reload this page.",
+        "live_app_down": "The chat app does not answer.",
+        "login_throttled": "Too many failed logins: try again in {seconds} s.",
     },
     "zh": {
-        "welcome": "你好！我是 **{model}**，由本机的 vLLM 提供服务。请随便问吧；每条回复下方显示速度数据。",
+        "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
+        "server_vllm": " {url} 上的 vLLM ",
+        "server_llamacpp": " {url} 上的 llama.cpp 服务器",
+        "server_other": " {url} 上的 OpenAI 兼容服务器",
+        "window_server": "上下文窗口：{window} 个 token（服务器报告）。",
+        "window_setting": "上下文窗口：{window} 个 token，来自 ERNIE_CONTEXT_WINDOW（服务器未报告）。",
+        "window_default": "上下文窗口：假定为 {window} 个 token（服务器未报告；请设置 ERNIE_CONTEXT_WINDOW）。",
+        "count_vllm": "提示长度由 vLLM 精确计算。",
+        "count_llamacpp": "提示长度由 llama.cpp 的分词器计算。",
+        "count_estimate": "提示长度按字符数估算（留有余量）：此服务器无法计算 token。",
+        "live_link": "📈 [实时面板]({path})：速度、队列和缓存，每秒更新，适合演示。",
+        "no_metrics": "{url} 上的服务器没有 vLLM 的 /metrics，因此无法显示其负载（KV 缓存、队列）；"
+                      "每条回复下方的速度数据仍然可用。",
+        "server_too_long": "服务器认为对话超出了模型的长度上限（{detail}）。请开始新对话，或把 "
+                           "ERNIE_CONTEXT_WINDOW 设得小一些。",
         "demo": "⚠️ 这是内置的**演示模型**：一个只训练了一分钟的小网络，回复没有实际意义，"
                 "只用来展示整套系统在运行。设置 `ERNIE_MODEL` 为真实模型即可获得真正的回答。",
         "figures": "首字 {ttft} · {tps} · 提示 {prompt} + 回复 {completion} 个 token",
@@ -121,6 +165,18 @@ TEXTS: dict[str, dict[str, str]] = {
         "export_you": "你",
         "export_settings": "设置",
         "export_model": "模型",
+        "live_title": "ernie-chat 实时面板",
+        "live_tokens": "每秒 token 数",
+        "live_requests": "运行中 / 等待中的请求",
+        "live_kv": "KV 缓存占用",
+        "live_chats": "已连接的对话",
+        "live_ttft": "最近回复的首字延迟",
+        "live_no_metrics": "此服务器没有 vLLM 的 /metrics：每秒 token 数和运行中的请求来自本聊天应用自身；"
+                           "无法显示 KV 缓存和等待中的请求。",
+        "live_engine_down": "推理引擎没有响应。",
+        "live_login": "请先登录聊天，然后刷新本页。",
+        "live_app_down": "聊天应用没有响应。",
+        "login_throttled": "登录失败次数过多：请在 {seconds} 秒后重试。",
     },
 }
 

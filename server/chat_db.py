@@ -14,10 +14,8 @@ SQLite takes concurrent writers only one at a time.
 
 from __future__ import annotations
 
-import hmac
 import sqlite3
 from pathlib import Path
-from typing import Optional
 
 from server.errors import ErnieChatError
 
@@ -178,11 +176,3 @@ def data_layer_url(target) -> str:
     if is_postgres(str(target)):
         return "postgresql+asyncpg://" + str(target).partition("://")[2]
     return f"sqlite+aiosqlite:///{Path(target).resolve()}"
-
-
-def check_password(users: dict[str, str], username: str, password: str) -> Optional[str]:
-    """The user's name when the password matches; constant-time compare."""
-    expected = users.get(username)
-    if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
-        return username
-    return None

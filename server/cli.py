@@ -16,8 +16,32 @@ from server.settings import load_settings
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from server.passwords import plain_warning
     from server.stack import supervisor
-    return supervisor.run(load_settings())
+    settings = load_settings()
+    if warning := plain_warning(settings.user_passwords):
+        print(warning, file=sys.stderr)
+    return supervisor.run(settings)
+
+
+def cmd_hash_password(args: argparse.Namespace) -> int:
+    """Print the bcrypt hash of a password typed without echo (or one line of stdin)."""
+    import getpass
+
+    from server.errors import BadInput
+    from server.passwords import hash_password
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            raise BadInput("The two passwords differ; nothing was hashed. Run the command again.")
+    else:  # a script: the first line of stdin, without its line end
+        password = sys.stdin.readline().rstrip("\r\n")
+    hashed = hash_password(password)
+    print(f"{args.user}:{hashed}" if args.user else hashed)
+    if sys.stdin.isatty():
+        print("Add it to ERNIE_USERS (comma-separated pairs name:hash); in a shell, put the "
+              "value in single quotes.", file=sys.stderr)
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -125,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="print a line every --every seconds")
     status.add_argument("--every", type=float, default=2.0)
     status.set_defaults(func=cmd_status)
+
+    hashing = sub.add_parser("hash-password", help="hash a login password for ERNIE_USERS",
+                             description="Reads the password without echo (twice), or the first "
+                             "line of stdin in a script, and prints its bcrypt hash.")
+    hashing.add_argument("--user", help="print NAME:HASH, ready for ERNIE_USERS")
+    hashing.set_defaults(func=cmd_hash_password)
 
     show = sub.add_parser("settings", help="show the effective settings and vLLM command")
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")

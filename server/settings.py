@@ -226,7 +226,26 @@ class Settings(BaseSettings):
         "share. Turns on login and the chat history sidebar; needs ERNIE_USERS.",
     )
     users: Annotated[Optional[SecretStr], AfterValidator(rules.user_pairs)] = Field(
-        None, description="Who may log in: user:password pairs, comma-separated (alice:pw1,bob:pw2)."
+        None,
+        description="Who may log in: name:secret pairs, comma-separated. The secret is best the "
+        "bcrypt hash `ernie-chat hash-password` prints (alice:$2b$12$...; single-quote it in a "
+        "shell); a plain password works but every start warns about it.",
+    )
+    login_delay_base_s: float = Field(
+        1.0, gt=0, description="Wait before the next login attempt after the 3rd failure in a row "
+        "for one user or one address; it doubles with each further failure.",
+    )
+    login_delay_max_s: float = Field(
+        30.0, gt=0, description="The longest wait between two login attempts (for one user or one "
+        "address): the most a real user is held up while someone guesses.",
+    )
+    login_delay_half_life_s: float = Field(
+        600.0, gt=0, description="Failed logins are forgotten gradually: their count halves every "
+        "this many seconds; a successful login clears it at once.",
+    )
+    context_window: Optional[int] = Field(
+        None, gt=0, description="Context window (tokens) of an OpenAI-compatible server that does "
+        "not report one (vLLM and llama.cpp do); unset: ERNIE_MAX_MODEL_LEN.",
     )
     usage_log: Path = Field(
         Path("data/usage.jsonl"),

@@ -13,6 +13,8 @@ from typing import Optional
 
 from pydantic import SecretStr
 
+from server.passwords import looks_like_broken_hash
+
 MAX_NGRAM_DRAFT_TOKENS = 16
 POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 
@@ -67,6 +69,11 @@ def user_pairs(value: Optional[SecretStr]) -> Optional[SecretStr]:
             # Never echo the value: it holds passwords.
             raise ValueError("must be user:password pairs separated by commas, "
                              "e.g. alice:pw1,bob:pw2 (a pair is missing its name or password)")
+        if looks_like_broken_hash(password):
+            raise ValueError(f"the password of {name.strip()!r} starts like a bcrypt hash but is "
+                             "not a whole one (60 characters): copy the whole line "
+                             "`ernie-chat hash-password` printed, in single quotes in a shell "
+                             "(double quotes let the shell eat the $ parts)")
     return value
 
 

@@ -14,6 +14,7 @@ from app import engine_client as ec
 # directory it is first imported from, and the tests run in tests/.
 from app.chat_settings import ChatParams, sampling_extra
 from app.history import Conversation, TooLong, fit
+from app.server_info import probe
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
 pytestmark = pytest.mark.engine
@@ -49,10 +50,12 @@ async def ask(client, settings, messages, **kw):
 
 async def test_engine_reports_model_and_window(engine, client):
     settings, stack = engine
-    name, max_len, root = await ec.served_model(client)
-    assert name == settings.served_model_name
-    assert max_len == TEST_MAX_MODEL_LEN == stack.info.max_model_len
-    assert (root and stack.info.is_demo)
+    async with httpx.AsyncClient(timeout=10) as http:
+        server = await probe(client, http, settings)
+    assert server.model == settings.served_model_name
+    assert server.window == TEST_MAX_MODEL_LEN == stack.info.max_model_len
+    assert (server.kind, server.window_source, server.counting) == ("vllm", "server", "vllm")
+    assert (server.root and stack.info.is_demo)
 
 
 async def test_streamed_multi_turn_chat(engine, client, counter):

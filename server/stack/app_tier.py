@@ -71,7 +71,7 @@ class AppTier:
         self.settings, self.root, self.out = settings, root, out
         env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": engine_url,
                "CHAINLIT_APP_ROOT": str(root), "ERNIE_WORKERS_TOTAL": str(len(ports))}
-        if settings.chat_db is not None:
+        if settings.users is not None:  # login, with or without saved chats
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(root / ".cache" / "chainlit-auth-secret")
         self.workers = []
         for index, port in enumerate(ports):

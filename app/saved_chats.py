@@ -1,0 +1,47 @@
+"""Saved chats (ERNIE_CHAT_DB): Chainlit's data layer on SQLite or PostgreSQL, and a chat's
+history rebuilt from its saved steps when it is resumed."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from app.history import Conversation
+from server import chat_db
+
+
+def data_layer(target: str):
+    """Chainlit's SQLAlchemy data layer for ERNIE_CHAT_DB (the tables: server/chat_db.py)."""
+    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+    layer = SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(target))
+    if chat_db.is_postgres(target):
+        # Chainlit's default pool (5 + 10) runs out at about ten chats (Chainlit #2111).
+        from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+        from sqlalchemy.orm import sessionmaker
+        layer.engine = create_async_engine(layer._conninfo, pool_size=chat_db.POOL_SIZE,
+                                           max_overflow=chat_db.POOL_OVERFLOW)
+        layer.async_session = sessionmaker(bind=layer.engine, expire_on_commit=False,
+                                           class_=AsyncSession)
+    return layer
+
+
+def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str) -> Conversation:
+    """Rebuild the model's history from saved steps: user messages and replies only.
+
+    A regenerated reply follows the one it replaced, so the last reply to a message wins,
+    as it did in the chat.  Attached files were not saved: only the typed text comes back.
+    """
+    conversation = Conversation(system_prompt)
+    asked: Optional[dict] = None  # the last user step
+    for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
+        metadata = step.get("metadata") or {}
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata or "{}")
+        if step.get("type") == "user_message":
+            asked = step
+            conversation.ask(step["id"], step.get("output") or "")
+        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and asked:
+            user = asked.get("output") or ""
+            conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
+            conversation.add(user, (step.get("output") or "").split(figures_mark)[0])
+    return conversation
