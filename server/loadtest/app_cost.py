@@ -10,11 +10,13 @@ divided by the reply tokens the chats received (each reply's own count, from its
 figures line).  The CPU includes opening and closing the chats, as a real crowd's
 would.  Each level is run ``--repetitions`` times; mean and spread are printed.
 
-``--app-root DIR`` runs the app of another checkout (e.g. main's, for the figure
-"before"), ``--app-env K=V`` gives the app process an environment variable (e.g.
-``UVICORN_WS_PER_MESSAGE_DEFLATE=false``), and ``--profile`` records one py-spy
-flame graph per level (py-spy slows the process it samples, so those runs are
-not among the measured ones).
+``--app-root DIR`` runs the app of another checkout, ``--app-env K=V`` gives the app
+process an environment variable (e.g. ``UVICORN_WS_PER_MESSAGE_DEFLATE=false``).
+``--baseline-root DIR`` (and ``--baseline-env``) starts a second app, e.g. main's, and
+runs the two in turn (ABBA), so a change in the machine's load, which on a shared
+2-core box moves the figure by +-30 %, hits both alike; the ratio of paired runs is
+printed.  ``--profile`` records one py-spy flame graph per app and level (py-spy slows
+the process it samples, so those runs are not among the measured ones).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean, pstdev
@@ -104,6 +108,14 @@ def render_summary(summary: dict, label: str) -> str:
         lines.append(f"  {sessions:>5}  {c['n']:>4}  {fmt(c['mean']):>17}  {fmt(c['stdev'])} "
                      f"{fmt(c['min'])} {fmt(c['max'])}  {t['mean'] or 0:>18.0f}  "
                      f"{'yes' if level['all_complete'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def render_ratio(ratio: dict, measured: str, baseline: str) -> str:
+    lines = [f"CPU per token, {measured} / {baseline} (runs paired in ABBA order):"]
+    for sessions, r in ratio.items():
+        lines.append(f"  {sessions:>5} chats: {r['mean']:.3f} (min {r['min']:.3f}, max {r['max']:.3f}, "
+                     f"{r['n']} pairs)" if r["n"] else f"  {sessions:>5} chats: -")
     return "\n".join(lines)
 
 
@@ -186,33 +198,78 @@ def profile_run(app: ProfiledApp, sessions: int, svg: Path) -> None:
         raise BenchError(f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}")
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One app to measure: a checkout and the environment its process gets."""
+
+    label: str
+    root: Path
+    env: dict
+
+
+def alternate(variants: list[Variant], repetitions: int) -> list[Variant]:
+    """ABBA order: a drift in the machine's load hits every variant alike."""
+    order = []
+    for rep in range(repetitions):
+        order += variants if rep % 2 == 0 else list(reversed(variants))
+    return order
+
+
+def ratios(runs: dict[str, list[CostRun]], measured: str, baseline: str) -> dict:
+    """Per number of chats: measured / baseline CPU per token, over runs paired in order."""
+    out = {}
+    for sessions in sorted({r.sessions for r in runs[measured]}):
+        pairs = [(m.cpu_s_per_1k_tokens, b.cpu_s_per_1k_tokens) for m, b in zip(
+            [r for r in runs[measured] if r.sessions == sessions],
+            [r for r in runs[baseline] if r.sessions == sessions]) if m and b]
+        out[str(sessions)] = spread([m / b for m, b in pairs])
+    return out
+
+
 def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: int,
-        root: Path, env: dict[str, str], out_dir: Path, profile: bool, label: str) -> int:
+        variants: list[Variant], out_dir: Path, profile: bool) -> int:
+    """Measure each variant (the first is the one asked for, a second the baseline)."""
     if repetitions < 1 or output_len < 1:
         raise BenchError("--repetitions and --output-len must be at least 1.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs: list[CostRun] = []
-    with ProfiledApp(engine_url, output_len, root, env, out_dir) as app:
-        asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), WARMUP_SESSIONS, RUN_TIMEOUT_S))
+    runs: dict[str, list[CostRun]] = {v.label: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="app-cost-") as logs, ExitStack() as stack:
+        apps = {v.label: stack.enter_context(ProfiledApp(engine_url, output_len, v.root, v.env,
+                                                         Path(logs) / str(i)))
+                for i, v in enumerate(variants)}
+        for app in apps.values():
+            asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), WARMUP_SESSIONS, RUN_TIMEOUT_S))
         for sessions in levels:
-            if profile:
-                profile_run(app, sessions, out_dir / f"profile-{sessions}-chats.svg")
-            for rep in range(repetitions):
-                cost, result = measured_run(app, sessions)
+            for i, variant in enumerate(variants if profile else []):
+                profile_run(apps[variant.label], sessions, out_dir / f"profile-{i}-{sessions}-chats.svg")
+            for n, variant in enumerate(alternate(variants, repetitions)):
+                cost, result = measured_run(apps[variant.label], sessions)
                 print(render(result), file=sys.stderr)
-                print(f"  {sessions} chats, run {rep + 1}/{repetitions}: {cost.cpu_s:.2f} CPU-s for "
-                      f"{cost.reply_tokens} tokens = {cost.cpu_s_per_1k_tokens or 0:.4f} CPU-s per "
-                      "1,000 tokens", file=sys.stderr, flush=True)
-                runs.append(cost)
-    summary = summarize(runs)
-    print(render_summary(summary, label))
-    result = {"kind": "ernie-chat app-cost", "label": label,
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "engine_url": engine_url,
-              "app_root": str(root), "app_env": env, "output_len": output_len,
-              "summary": summary,
-              "runs": [{**asdict(r), "cpu_s_per_1k_tokens": r.cpu_s_per_1k_tokens} for r in runs]}
+                print(f"  {variant.label}, {sessions} chats, run {n + 1}/{len(variants) * repetitions}: "
+                      f"{cost.cpu_s:.2f} CPU-s for {cost.reply_tokens} tokens = "
+                      f"{cost.cpu_s_per_1k_tokens or 0:.4f} CPU-s per 1,000 tokens",
+                      file=sys.stderr, flush=True)
+                runs[variant.label].append(cost)
+                if not result["summary"]["ok"]:  # every chat as it was, to see what went wrong
+                    failed = out_dir / f"failed-{variants.index(variant)}-{sessions}-chats-{n}.json"
+                    failed.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    summaries = {label: summarize(r) for label, r in runs.items()}
+    text = "\n\n".join(render_summary(summary, label) for label, summary in summaries.items())
+    result = {"kind": "ernie-chat app-cost", "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "engine_url": engine_url, "output_len": output_len,
+              "variants": [{"label": v.label, "app_root": str(v.root), "app_env": v.env,
+                            "profile": f"profile-{i}-<chats>-chats.svg" if profile else None}
+                           for i, v in enumerate(variants)],
+              "summary": summaries,
+              "runs": {label: [{**asdict(r), "cpu_s_per_1k_tokens": r.cpu_s_per_1k_tokens}
+                               for r in rs] for label, rs in runs.items()}}
+    if len(variants) == 2:
+        result["ratio"] = ratios(runs, variants[0].label, variants[1].label)
+        text += "\n\n" + render_ratio(result["ratio"], variants[0].label, variants[1].label)
+    print(text)
     path = out_dir / "app-cost.json"
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "app-cost.txt").write_text(render_summary(summary, label) + "\n", encoding="utf-8")
+    (out_dir / "app-cost.txt").write_text(text + "\n", encoding="utf-8")
     print(f"wrote {path}")
-    return 0 if all(level["all_complete"] for level in summary.values()) else 1
+    return 0 if all(level["all_complete"] for summary in summaries.values()
+                    for level in summary.values()) else 1

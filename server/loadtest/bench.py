@@ -138,9 +138,14 @@ def add_parser(sub) -> None:
                       help="run the app of this checkout (default: this one)")
     cost.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE",
                       help="an environment variable for the app process (repeatable)")
+    cost.add_argument("--baseline-root", type=Path, default=None,
+                      help="also run the app of this checkout (e.g. main's), in turn with the "
+                           "first, and print the ratio")
+    cost.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                      help="an environment variable for the baseline app (repeatable)")
     cost.add_argument("--profile", action="store_true",
-                      help="also record a py-spy flame graph per number of chats (not measured)")
-    cost.add_argument("--label", default="", help="a name for the result (e.g. before, after)")
+                      help="also record a py-spy flame graph per app and number of chats")
+    cost.add_argument("--label", default="this checkout", help="a name for the app measured")
     add_load_arguments(bench)
     bench.set_defaults(func=cmd_bench)
 
@@ -162,9 +167,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.app_cost:
         from server.loadtest import app_cost
         from server.paths import ROOT
+        variants = [app_cost.Variant(args.label, (args.app_root or ROOT).resolve(),
+                                     app_cost.parse_env(args.app_env))]
+        if args.baseline_root:
+            variants.append(app_cost.Variant("baseline", args.baseline_root.resolve(),
+                                             app_cost.parse_env(args.baseline_env)))
         return app_cost.run(cfg.url, cfg.concurrencies, cfg.load.output_len, args.repetitions,
-                            (args.app_root or ROOT).resolve(), app_cost.parse_env(args.app_env),
-                            out_dir, args.profile, args.label or "this checkout")
+                            variants, out_dir, args.profile)
     result = asyncio.run(run_bench(cfg, prompts_file=out_dir / "prompts.json"
                                    if args.save_prompts else None))
     result.extra["command_line"] = shlex.join(sys.argv)
