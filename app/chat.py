@@ -19,12 +19,14 @@ from typing import Optional
 import chainlit as cl
 import httpx
 
+import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app.chat_settings import ChatParams, apply, default_params, panel
-from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
+from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.personas import chat_profiles, persona
+from app.prompt_budget import PromptBudget
 from app.texts import figures_line, lang_of, text
-from app.token_batcher import TokenBatcher
+from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
@@ -89,6 +91,7 @@ async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[s
 
 def start_session(conversation: Conversation) -> None:
     cl.user_session.set("conversation", conversation)
+    cl.user_session.set("budget", PromptBudget())  # the last prompt's length: few /tokenize calls
     cl.user_session.set("params", default_params(SETTINGS, conversation.system_prompt))
 
 
@@ -149,7 +152,8 @@ async def on_message(message: cl.Message) -> None:
     params: ChatParams = cl.user_session.get("params")
     try:
         model, max_len = await engine_model()
-        fitted = await fit(conversation, message.content, _counter(model), max_len, params.max_tokens)
+        fitted = await cl.user_session.get("budget").fit(
+            conversation, message.content, _counter(model), model, max_len, params.max_tokens)
     except TooLong as exc:
         await show_error(text(lang(), "too_long", tokens=exc.tokens, limit=exc.limit))
         return
@@ -166,31 +170,35 @@ async def stream_answer(conversation: Conversation, message: cl.Message, model: 
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
+    extra_body = {"ignore_eos": True} if SETTINGS.ignore_eos else {}
+    if (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
+        extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
     pieces = ec.stream_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
-        extra_body={"ignore_eos": True} if SETTINGS.ignore_eos else None,
+        extra_body=extra_body or None,
     )
     try:
-        async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
+        # Leaving the batcher sends what it holds, however the stream ends; leaving
+        # aclosing first closes the HTTP stream at once on Stop (engine_client).
+        async with batcher, aclosing(pieces):
             async for piece in pieces:
                 await batcher.add(piece)
-        await batcher.flush()
     except asyncio.CancelledError:
         # Stop: keep what was shown, as a real turn; the notice is not history.
-        await batcher.flush()
         conversation.add(message.content, batcher.text)
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
         raise
     except Exception as exc:
-        await batcher.flush()
         if batcher.text:
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
         return
     conversation.add(message.content, batcher.text)
+    cl.user_session.get("budget").sent(stats.prompt_tokens)
+    STREAMING.finished(stats.tokens_per_s)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
