@@ -59,18 +59,21 @@ class Streaming:
 STREAMING = Streaming()
 
 
-def flush_interval(streaming: int, sent_chars: int, every_s: float = FLUSH_EVERY_S) -> float:
+def crowd_interval(streaming: int, every_s: float = FLUSH_EVERY_S) -> float:
     """Seconds between two frames of one reply, for ``streaming`` replies at once."""
-    crowd = max(every_s, min(MAX_EVERY_S, streaming / FRAMES_PER_S))
-    return max(crowd, sent_chars * SECONDS_PER_CHAR)
+    return max(every_s, min(MAX_EVERY_S, streaming / FRAMES_PER_S))
+
+
+def flush_interval(streaming: int, sent_chars: int, every_s: float = FLUSH_EVERY_S) -> float:
+    """The crowd's interval, longer for a long text (the browser's work per frame grows)."""
+    return max(crowd_interval(streaming, every_s), sent_chars * SECONDS_PER_CHAR)
 
 
 def engine_piece_tokens(streaming: Streaming, limit: int) -> int:
     """Tokens the engine may group into one streamed piece for a reply starting now (1: none)."""
     if limit <= 1 or not streaming.tokens_per_s:
         return 1
-    interval = flush_interval(streaming.count + 1, 0)
-    return max(1, min(limit, int(streaming.tokens_per_s * interval / 2)))
+    return max(1, min(limit, int(streaming.tokens_per_s * crowd_interval(streaming.count + 1) / 2)))
 
 
 class TokenBatcher:
@@ -79,11 +82,21 @@ class TokenBatcher:
     Inside the block the reply counts as streaming (for every batcher's interval);
     leaving it sends what is left, whatever ends the block (the end of the reply,
     Stop's cancellation, an error).
+
+    In a crowd whose tokens come faster than its frames, ``add`` returns only when the
+    next frame is due: whatever the stream would hand over meanwhile could not be sent
+    earlier anyway, and not reading lets the engine's events pile up in the socket, to
+    be read in one go instead of waking the chat's task, the HTTP client's read and its
+    timeout scope once per token.  The end of a reply then shows at most that interval
+    late; a chat alone never waits, nor does one whose tokens come one per frame (the
+    wait would only add a timer).
     """
 
     def __init__(self, send: Callable[[str], Awaitable[None]], every_s: float = FLUSH_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic, streaming: Streaming = STREAMING):
+                 clock: Callable[[], float] = time.monotonic, streaming: Streaming = STREAMING,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self._send, self._every_s, self._clock, self._streaming = send, every_s, clock, streaming
+        self._sleep = sleep
         self._pending: list[str] = []
         self._last_flush = clock()
         self._next_flush = self._last_flush
@@ -109,7 +122,11 @@ class TokenBatcher:
             await self.flush()
 
     async def flush(self) -> None:
+        self._last_flush = self._clock()
+        self._next_flush = self._last_flush + flush_interval(
+            self._streaming.count, len(self.text), self._every_s)
         if self._pending:
+            pieces = len(self._pending)
             chunk = "".join(self._pending)
             self._pending.clear()
             self.text += chunk
@@ -118,7 +135,8 @@ class TokenBatcher:
             # When tokens arrive faster than we read them, the OpenAI stream hands out
             # buffered chunks without ever suspending, and the websocket writer task
             # would not run until the reply ends: the browser would get it all at once.
-            await asyncio.sleep(0)
-        self._last_flush = self._clock()
-        self._next_flush = self._last_flush + flush_interval(
-            self._streaming.count, len(self.text), self._every_s)
+            # In a crowd, and when tokens come faster than frames (this one carries more
+            # than one piece), wait for the next frame here (see the class).
+            crowd = crowd_interval(self._streaming.count, self._every_s)
+            wait = self._active and pieces > 1 and crowd > self._every_s
+            await self._sleep(crowd if wait else 0)

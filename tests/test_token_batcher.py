@@ -113,12 +113,15 @@ def test_the_interval_grows_with_the_replies_streaming_up_to_a_cap():
 
 async def test_replies_inside_the_block_count_as_streaming_and_leave_it_flushed():
     streaming = Streaming()
-    clock, sent = FakeClock(), []
+    clock, sent, slept = FakeClock(), [], []
 
     async def send(chunk: str) -> None:
         sent.append(chunk)
 
-    batchers = [TokenBatcher(send, clock=clock, streaming=streaming) for _ in range(100)]
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    batchers = [TokenBatcher(send, clock=clock, streaming=streaming, sleep=sleep) for _ in range(100)]
     for b in batchers:
         await b.__aenter__()
     assert streaming.count == 100
@@ -134,6 +137,24 @@ async def test_replies_inside_the_block_count_as_streaming_and_leave_it_flushed(
     for b in batchers:
         await b.__aexit__(None, None, None)
     assert streaming.count == 0 and sent == ["a", "bc", "d"] and first.frames == 3
+    # After a frame of several pieces inside the block the chat waits for the next (nothing
+    # is read meanwhile); a frame of one piece, or the last one, sent on leaving, does not.
+    assert slept == [0, MAX_EVERY_S, 0]
+
+
+async def test_a_chat_alone_never_waits_between_reads():
+    slept = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def send(chunk: str) -> None:
+        pass
+
+    async with TokenBatcher(send, sleep=sleep) as b:
+        await b.add("a")
+        await b.flush()
+    assert slept == [0]  # after its one frame; an empty flush sends and waits for nothing
 
 
 async def test_the_block_is_left_flushed_and_uncounted_when_the_stream_fails():
