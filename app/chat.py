@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import aclosing
 from typing import Optional
 
@@ -38,6 +39,10 @@ SETTINGS = load_settings()
 # One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
 # the event loop when many chats open at once (found by `ernie-chat qa-load`).
 CLIENT = ec.make_client(SETTINGS)
+# httpx logs one INFO line per request (every reply, every count): a log line per message
+# at a crowd's rates that says nothing the engine's log does not.
+for _client_log in ("httpx", "httpx2"):
+    logging.getLogger(_client_log).setLevel(logging.WARNING)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None))
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
