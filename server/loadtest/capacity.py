@@ -191,7 +191,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     url = args.url or (settings.app_url if args.through == "app" else settings.engine_base_url)
     target = Target(args.through, url.rstrip("/").removesuffix("/v1"), settings.api_key_value,
                     settings.system_prompt, args.output_len or settings.max_tokens,
-                    settings.ignore_eos)
+                    settings.ignore_eos, settings.temperature, settings.top_p)
     base = UserModel(users=1, turns=0, think_s=args.think_s, ramp_s=args.ramp_s,
                      window_s=args.ramp_s + args.step_s, reply_timeout_s=args.reply_timeout_s,
                      seed=args.seed)

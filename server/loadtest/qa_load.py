@@ -33,6 +33,15 @@ text on the socket, the app's work (token counting, history fitting, token
 batching) included.  The load goes to the one URL given (default: the app of
 the settings, which is on this machine) and is bounded by ``--sessions`` and
 ``--timeout-s``.
+
+``--users N`` replaces the burst with users who arrive over a ramp and chat for
+several turns with think time (``server.loadtest.users``).  Locust, which QA
+testers know, was tried for that and not taken (benchmarks/locust-vs-qa-load.md):
+its socket.io user is a gevent client, so the protocol above would be written a
+second time beside the asyncio one the fault tests use, the lost/crossed/complete
+checks and the TTFT and tokens/s figures would be custom events anyway (crossed
+needs every chat's ids in one place, across distributed workers too), and it
+adds gevent, flask and pyzmq to the environment.
 """
 
 from __future__ import annotations

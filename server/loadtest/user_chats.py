@@ -67,15 +67,16 @@ class EngineChat:
     """A chat sent straight to the engine's OpenAI API, with its whole history each turn.
 
     Like the app it sends the system prompt, the earlier exchanges and the new
-    message, streams the reply and asks for the usage (the exact token count).
+    message with the app's sampling settings, streams the reply and asks for the usage
+    (the exact token count).
     """
 
     session = None
 
     def __init__(self, base_url: str, api_key: Optional[str], model: str, system_prompt: str,
-                 max_tokens: int, ignore_eos: bool, timeout_s: float):
+                 sampling: dict, timeout_s: float):
         self.conn = StreamConnection(base_url, api_key, timeout_s)
-        self.model, self.max_tokens, self.ignore_eos = model, max_tokens, ignore_eos
+        self.model, self.sampling = model, sampling  # max_tokens, temperature, ... as the app sends
         self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
 
     async def open(self) -> str:
@@ -83,10 +84,7 @@ class EngineChat:
 
     async def ask(self, prompt: str) -> Reply:
         body = {"model": self.model, "messages": [*self.messages, {"role": "user", "content": prompt}],
-                "max_tokens": self.max_tokens, "stream": True,
-                "stream_options": {"include_usage": True}}
-        if self.ignore_eos:
-            body["ignore_eos"] = True
+                **self.sampling, "stream": True, "stream_options": {"include_usage": True}}
         reply, pieces, finished = Reply(), [], False
         started = time.perf_counter()
         try:

@@ -41,6 +41,14 @@ class Target:
     system_prompt: str = ""
     max_tokens: int = 512
     ignore_eos: bool = False
+    temperature: Optional[float] = None  # None: the engine's default
+    top_p: Optional[float] = None
+
+    def sampling(self) -> dict:
+        """What a direct chat sends besides the messages, as the app would."""
+        body = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
+        body = {k: v for k, v in body.items() if v is not None}
+        return {**body, "ignore_eos": True} if self.ignore_eos else body
 
 
 async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int, str], Chat]:
@@ -54,7 +62,7 @@ async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int,
     async with httpx.AsyncClient(timeout=10.0) as http:
         model, _ = await served_model(http, cfg)
     return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
-                                         target.max_tokens, target.ignore_eos, reply_timeout_s)
+                                         target.sampling(), reply_timeout_s)
 
 
 async def run_user_load(target: Target, model: UserModel, prompts: list[str],
