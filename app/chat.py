@@ -44,7 +44,7 @@ CLIENT = ec.make_client(SETTINGS)
 for _client_log in ("httpx", "httpx2"):
     logging.getLogger(_client_log).setLevel(logging.WARNING)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
-                         limits=httpx.Limits(max_connections=None))
+                         limits=httpx.Limits(max_connections=None, keepalive_expiry=ec.KEEPALIVE_S))
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 
