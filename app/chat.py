@@ -12,6 +12,7 @@ other message the chat shows (welcome, notices, errors, figures) is marked
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import aclosing
 from pathlib import Path
 from typing import Optional
@@ -20,16 +21,18 @@ import chainlit as cl
 import httpx
 from chainlit.config import config as chainlit_config
 
+import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app import (boot_cookie, export, live_view, login, regenerate, saved_chats, server_info,
                  session_tasks, token_count, upload_check)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
-from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, fit
+from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
 from app.personas import chat_profiles, persona
+from app.prompt_budget import PromptBudget
 from app.texts import figures_line, lang_of, refusal, text
-from app.token_batcher import TokenBatcher
+from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
@@ -40,8 +43,12 @@ SETTINGS = load_settings()
 # One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
 # the event loop when many chats open at once (found by `ernie-chat qa-load`).
 CLIENT = ec.make_client(SETTINGS)
+# httpx logs one INFO line per request (every reply, every count): a log line per message
+# at a crowd's rates that says nothing the engine's log does not.
+for _client_log in ("httpx", "httpx2"):
+    logging.getLogger(_client_log).setLevel(logging.WARNING)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
-                         limits=httpx.Limits(max_connections=None))
+                         limits=httpx.Limits(max_connections=None, keepalive_expiry=ec.KEEPALIVE_S))
 live_view.install(SETTINGS.engine_base_url)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
@@ -113,6 +120,7 @@ async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[s
 
 def start_session(conversation: Conversation) -> None:
     cl.user_session.set("conversation", conversation)
+    cl.user_session.set("budget", PromptBudget())  # the last prompt's length: few /tokenize calls
     cl.user_session.set("params", default_params(SETTINGS, conversation.system_prompt))
 
 
@@ -213,7 +221,8 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long") ->
     conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
     try:
         model, max_len = await engine_model()
-        fitted = await fit(conversation, user_text, _counter(model), max_len, params.max_tokens)
+        fitted = await cl.user_session.get("budget").fit(
+            conversation, user_text, _counter(model), model, max_len, params.max_tokens)
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return
@@ -244,19 +253,22 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
+    extra_body = sampling_extra(params, SETTINGS.ignore_eos) or {}
+    if (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
+        extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
     pieces = LIVE.track(ec.stream_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
-        extra_body=sampling_extra(params, SETTINGS.ignore_eos),
+        extra_body=extra_body or None,
     ), stats)  # the live view's figures
     try:
-        async with aclosing(pieces):  # Stop must close the HTTP stream now (engine_client)
+        # Leaving the batcher sends what it holds, however the stream ends; leaving
+        # aclosing first closes the HTTP stream at once on Stop (engine_client).
+        async with batcher, aclosing(pieces):
             async for piece in pieces:
                 await batcher.add(piece)
-        await batcher.flush()
     except asyncio.CancelledError:
         # Stop: keep what was shown, as a real turn; the notice is not history.
-        await batcher.flush()
         conversation.add(user_text, batcher.text,
                          dict(export.figures_of(stats, params.seed, ""), finish_reason="stopped"))
         if batcher.text:
@@ -264,13 +276,14 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
         await notice(text(lang(), "stopped"))
         raise
     except Exception as exc:
-        await batcher.flush()
         if batcher.text:
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
         return
     line = figures_line(lang(), stats, params.seed)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
+    cl.user_session.get("budget").sent(stats.prompt_tokens)
+    STREAMING.finished(stats.tokens_per_s)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason)

@@ -19,15 +19,25 @@ from openai import AsyncOpenAI
 from server.settings import Settings, auth_headers
 
 
+# vLLM closes a kept-alive connection after 5 idle seconds (VLLM_HTTP_TIMEOUT_KEEP_ALIVE),
+# and httpx keeps one for 5 s too: a request sent on it just as the server closes it fails
+# with "Server disconnected", which the chat would call "engine not reachable" (seen with
+# `qa-load --users 1000`). The app's clients let idle connections go well before the server.
+KEEPALIVE_S = 2.0
+
+
 def make_client(settings: Settings) -> AsyncOpenAI:
     # httpx's read timeout is per socket read, so it bounds the wait for the *next*
     # token rather than the whole reply: a long answer never times out, a hung engine does.
     timeout = httpx.Timeout(connect=5.0, read=settings.request_timeout_s, write=10.0, pool=5.0)
+    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100,  # the SDK's own
+                           keepalive_expiry=KEEPALIVE_S)
     return AsyncOpenAI(
         base_url=f"{settings.engine_base_url}/v1",
         api_key=settings.api_key_value or "not-needed",
         timeout=timeout,
         max_retries=0,  # a retried chat request would double-bill the GPU and confuse Stop
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
     )
 
 

@@ -160,10 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")
     show.set_defaults(func=cmd_settings)
 
-    from server.loadtest import bench, qa_load, tune  # each module keeps its own flags
+    from server.loadtest import bench, capacity, qa_load, tune  # each module keeps its own flags
     bench.add_parser(sub)
     tune.add_parser(sub)
     qa_load.add_parser(sub)
+    capacity.add_parser(sub)
     return parser
 
 

@@ -254,6 +254,12 @@ class Settings(BaseSettings):
     ignore_eos: bool = Field(
         False, description="QA and demos: replies always run to the max tokens (vLLM's ignore_eos)."
     )
+    stream_interval_max: int = Field(
+        16, ge=1, description="When many chats stream at once, the app lets vLLM send up to this "
+        "many tokens per streamed piece (its per-request stream_interval; never the first token), "
+        "sized so pieces still arrive faster than the chat shows them; 1 turns it off (servers "
+        "that reject the field).",
+    )
     request_timeout_s: float = Field(
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
     )

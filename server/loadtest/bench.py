@@ -127,7 +127,25 @@ def add_parser(sub) -> None:
                        help="instead of a load test: time the chat app's streaming path against "
                             "reading the engine's stream directly")
     bench.add_argument("--repetitions", type=int, default=10,
-                       help="--app-overhead: alternating runs of each path (default 10)")
+                       help="--app-overhead: alternating runs of each path (default 10); "
+                            "--app-cost: runs per number of chats (give 3 or more)")
+    cost = bench.add_argument_group("--app-cost: the chat app's CPU per 1,000 streamed tokens")
+    cost.add_argument("--app-cost", action="store_true",
+                      help="instead of a load test: start the chat app on the engine, stream "
+                           "--output-len-token replies to --concurrency chats at once (qa-load), "
+                           "and print the app's CPU-seconds per 1,000 tokens")
+    cost.add_argument("--app-root", type=Path, default=None,
+                      help="run the app of this checkout (default: this one)")
+    cost.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE",
+                      help="an environment variable for the app process (repeatable)")
+    cost.add_argument("--baseline-root", type=Path, default=None,
+                      help="also run the app of this checkout (e.g. main's), in turn with the "
+                           "first, and print the ratio")
+    cost.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                      help="an environment variable for the baseline app (repeatable)")
+    cost.add_argument("--profile", action="store_true",
+                      help="also record a py-spy flame graph per app and number of chats")
+    cost.add_argument("--label", default="this checkout", help="a name for the app measured")
     add_load_arguments(bench)
     bench.set_defaults(func=cmd_bench)
 
@@ -146,6 +164,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.app_overhead:
         from server.loadtest import app_overhead
         return app_overhead.run(cfg, settings, args.repetitions, out_dir)
+    if args.app_cost:
+        from server.loadtest import app_cost
+        from server.paths import ROOT
+        variants = [app_cost.Variant(args.label, (args.app_root or ROOT).resolve(),
+                                     app_cost.parse_env(args.app_env))]
+        if args.baseline_root:
+            variants.append(app_cost.Variant("baseline", args.baseline_root.resolve(),
+                                             app_cost.parse_env(args.baseline_env)))
+        return app_cost.run(cfg.url, cfg.concurrencies, cfg.load.output_len, args.repetitions,
+                            variants, out_dir, args.profile)
     result = asyncio.run(run_bench(cfg, prompts_file=out_dir / "prompts.json"
                                    if args.save_prompts else None))
     result.extra["command_line"] = shlex.join(sys.argv)

@@ -15,6 +15,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
+import httpx
+
+from server.errors import LoadTestError
+
+
+class QaLoadError(LoadTestError):
+    """A qa-load run that cannot start (no app, login required, bad arguments); the message says why."""
+
+
 SOCKET_PATH = "/ws/socket.io"
 # Connecting many sockets at once on a busy small machine takes seconds, not the default 1 s.
 CONNECT_TIMEOUT_S = 30.0
@@ -24,6 +33,8 @@ MESSAGE_EVENTS = {"new_message", "update_message", "delete_message", "stream_sta
 # of their own, which gives the speed in tok/s in every language.
 FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
 TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
+# The reply's token count in its figures line: "... + 212 reply tokens" / "... + 回复 212 个 token".
+REPLY_TOKENS = re.compile(r"\+ (?:回复 )?(\d+)")
 
 
 @dataclass
@@ -58,10 +69,17 @@ class SessionRecord:
             return False
         return FIGURES_TAIL.fullmatch(self.final[len(self.streamed):]) is not None
 
+    @property
+    def reply_tokens(self) -> Optional[int]:
+        """The engine's count of the reply's tokens, as the figures line gives it."""
+        figures = FIGURES_TAIL.search(self.final or "")
+        found = REPLY_TOKENS.search(figures.group()) if figures else None
+        return int(found.group(1)) if found else None
+
     def as_dict(self) -> dict:
         out = asdict(self)
         out.update(message_ids=sorted(self.message_ids), tags_seen=sorted(self.tags_seen),
-                   replied=self.replied, complete=self.complete)
+                   replied=self.replied, complete=self.complete, reply_tokens=self.reply_tokens)
         return out
 
 
@@ -80,7 +98,9 @@ class ChatSession:
         import socketio
         self._socket_errors = (socketio.exceptions.SocketIOError, OSError)
         self.record = record
-        self.sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S)
+        # Offer permessage-deflate as browsers do: the app then compresses every frame.
+        self.sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S,
+                                        websocket_extra_options={"compress": 15})
         self.sio.on("*", self._on_event)  # a plain function: handlers then run in arrival order
         self.sio.on("connect_error", self._on_refused)
         self.sio.on("disconnect", self._on_disconnect)
@@ -208,6 +228,43 @@ class ChatSession:
 
     def _since_sent(self) -> Optional[float]:
         return None if self.sent_at is None else time.perf_counter() - self.sent_at
+
+
+async def check_app(url: str) -> None:
+    """Fail at once, with one message, where no chat could open.
+
+    Chainlit refuses the socket of a client that is not logged in with no reason
+    given (it raises the builtin ConnectionRefusedError), so ask the app first.
+    """
+    try:
+        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S) as http:
+            response = await http.get(f"{url}/auth/config")
+        auth = response.json() if response.status_code == 200 else None
+    except httpx.HTTPError as exc:
+        raise QaLoadError(f"No chat app answers at {url} ({type(exc).__name__}): start it "
+                          "(./scripts/up) or pass --url.") from None
+    except ValueError:
+        auth = None
+    if not isinstance(auth, dict) or "requireLogin" not in auth:
+        raise QaLoadError(f"{url} does not answer as a Chainlit app (GET /auth/config).")
+    if auth["requireLogin"]:  # null without login, not false
+        raise QaLoadError(f"The app at {url} requires login (ERNIE_CHAT_DB with users) and "
+                          "qa-load opens chats without one: run it against an app without login.")
+
+
+def count_crossed(records: list[SessionRecord]) -> int:
+    """Messages that reached a chat they do not belong to.
+
+    A message id seen in k chats counts k - 1 times; a tag of another chat in
+    the text a chat received counts once per tag.
+    """
+    chats_of: dict[str, int] = {}
+    for record in records:
+        for message_id in record.message_ids:
+            chats_of[message_id] = chats_of.get(message_id, 0) + 1
+    by_id = sum(n - 1 for n in chats_of.values())
+    by_tag = sum(len(record.tags_seen - {record.tag}) for record in records)
+    return by_id + by_tag
 
 
 def connect_failure(refusal: str, exc: BaseException) -> str:

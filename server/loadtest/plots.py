@@ -104,6 +104,48 @@ def plot_tune(points: list[dict], need: int, path: Path, shared: str = "") -> Pa
     return _save(fig, path)
 
 
+def timeline(rows: list[dict], title: str, path: Path) -> Path:
+    """A user-model run second by second: users present, tokens/s, TTFT p50 and p99."""
+    t = [row["second"] for row in rows]
+    nan = lambda v: float("nan") if v is None else v
+    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    axes[0].step(t, [row["users_active"] for row in rows], where="post", color="tab:gray")
+    axes[0].set_ylabel("users present")
+    axes[1].plot(t, [row["tokens"] for row in rows], color="tab:blue")
+    axes[1].set_ylabel("tokens/s (streamed)")
+    for stat, style in (("ttft_ms_p50", "o-"), ("ttft_ms_p99", "s--")):
+        axes[2].plot(t, [nan(row[stat]) for row in rows], style, markersize=3, label=stat[8:])
+    axes[2].set_ylabel("TTFT (ms)")
+    axes[2].set_xlabel("seconds from the start (TTFT by the second of the first token)")
+    axes[2].legend()
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].set_title(title)
+    return _save(fig, path)
+
+
+def capacity(steps: list[dict], objective: dict, title: str, path: Path) -> Path:
+    """Each step of the capacity search: TTFT p99 and per-user tokens/s p10 against the objective."""
+    steps = sorted(steps, key=lambda s: s["users"])
+    users = [s["users"] for s in steps]
+    colors = ["tab:green" if s["pass"] else "tab:red" for s in steps]
+    nan = lambda v: float("nan") if v is None else v
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, limit, name in (
+            (axes[0], "ttft_ms_p99", objective["ttft_p99_ms"], "TTFT p99 (ms)"),
+            (axes[1], "user_tokens_per_s_p10", objective["tokens_per_s"], "per-user tokens/s, p10")):
+        ax.plot(users, [nan(s[key]) for s in steps], "-", color="tab:gray", alpha=0.5)
+        ax.scatter(users, [nan(s[key]) for s in steps], c=colors, zorder=3)
+        ax.axhline(limit, color="black", linestyle=":", label=f"objective {limit:g}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("simultaneous users")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title + "  (green: within the objective)")
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,0 +1,54 @@
+"""bench --app-cost: its arithmetic, then a small real run (CPU vLLM, the real app)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from server import cli
+from server.paths import ROOT
+from server.loadtest.app_cost import (TICKS_PER_S, CostRun, Variant, alternate, cpu_seconds, ratios,
+                                      spread, summarize)
+
+
+def test_cpu_time_is_read_after_the_command_name_whatever_it_holds():
+    # Field 2 may contain spaces and parentheses; utime and stime are fields 14 and 15.
+    stat = "4242 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 " + f"{3 * TICKS_PER_S} {TICKS_PER_S} 0 0 20"
+    assert cpu_seconds(stat) == pytest.approx(4.0)
+
+
+def run(sessions: int, cpu_s: float, tokens: int = 2000) -> CostRun:
+    return CostRun(sessions, cpu_s, tokens, 10.0, sessions, 100.0, 150.0)
+
+
+def test_cost_per_thousand_tokens_with_mean_and_spread_per_level():
+    summary = summarize([run(32, 0.2), run(32, 0.4), run(64, 0.6, tokens=4000), run(64, 1.0, 0)])
+    assert summary["32"]["cpu_s_per_1k_tokens"] == {"mean": pytest.approx(0.15), "stdev": pytest.approx(0.05),
+                                                    "min": 0.1, "max": 0.2, "n": 2}
+    assert summary["64"]["cpu_s_per_1k_tokens"]["n"] == 1  # a run without tokens has no figure
+    assert spread([])["mean"] is None
+
+
+def test_variants_alternate_abba_and_pair_in_order():
+    a, b = Variant("a", None, {}), Variant("b", None, {})
+    assert [v.label for v in alternate([a, b], 4)] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    r = ratios({"a": [run(8, 0.1), run(8, 0.3)], "b": [run(8, 0.2), run(8, 0.6)]}, "a", "b")
+    assert r["8"]["mean"] == pytest.approx(0.5) and r["8"]["n"] == 2
+
+
+@pytest.mark.engine
+def test_a_small_real_run_against_main_writes_its_figures(engine, tmp_path, capsys):
+    settings, _ = engine
+    out = tmp_path / "cost"
+    code = cli.main(["bench", "--app-cost", "--url", settings.engine_base_url, "--concurrency", "4",
+                     "--output-len", "16", "--repetitions", "1", "--baseline-root", str(ROOT),
+                     "--baseline-env", "UVICORN_WS_PROTOCOL=wsproto", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads((out / "app-cost.json").read_text())
+    for label in ("this checkout", "baseline"):
+        (only,) = result["runs"][label]
+        assert only["reply_tokens"] == 4 * 16 and only["complete"] == 4 and only["cpu_s"] > 0
+        assert only["cpu_s_per_1k_tokens"] == pytest.approx(only["cpu_s"] / 64 * 1000)
+    assert result["ratio"]["4"]["n"] == 1 and "CPU per token" in printed
