@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The whole stack on the lent H200, as a user runs it (`./scripts/up`), then loaded through the
+# app and directly: issue "Serve a crowd" (app vs direct, engine copies, capacity) and issue
+# "Fast start" (where `up`'s start-up time goes, cold and warm). From the repo root, there:
+#     bash benchmarks/gpu/crowd.sh queue PHASE...     (as run.sh: phases done are remembered)
+#
+# Getting there (calls back to back: /tmp lasts only while the machine is warm). A call carries
+# 64 MiB with the ~22 MiB tree, so everything travels in pieces of ~31 MiB:
+#   here:  bash ../shared/gpu/build_bundle.sh; split vllm_site.tar.xz into .gpu/c1..c3;
+#          bash ../shared/gpu/stack_env.sh wheels (.gpu/a1..); python ../shared/gpu/make_shape_model.py
+#          .gpu/model; HAProxy from Debian 12 with its libraries: .gpu/haproxy.tgz (crowd.sh unpacks it)
+#   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2)
+#          carry c3 too: bash .gpu/install.sh                                         (unpacks vLLM)
+#          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
+#          carry the last aN, .gpu/model, .gpu/haproxy.tgz: bash .gpu/stack_env.sh setup &&
+#          bash benchmarks/gpu/crowd.sh queue cold copies
+# The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (--load-format dummy): speed
+# and memory are the real model's; the text is not, so replies never end (ignore_eos keeps every
+# reply at 256 tokens, as in the issue's table).
+set -uo pipefail
+phase=$1
+out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
+call_s=${CALL_DEADLINE_S:-560}
+left() { echo $((call_s - SECONDS)); }
+if [ ! -x /tmp/haproxy/haproxy ] && [ -f .gpu/haproxy.tgz ]; then
+    mkdir -p /tmp/haproxy && tar -xzf .gpu/haproxy.tgz -C /tmp/haproxy
+fi
+export PATH=/tmp/haproxy:$PATH PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1
+export ERNIE_MODEL=$PWD/.gpu/model ERNIE_EXTRA_ENGINE_ARGS="--load-format dummy" \
+       ERNIE_ENABLE_PREFIX_CACHING=false ERNIE_IGNORE_EOS=true ERNIE_MAX_TOKENS=256 \
+       ERNIE_MAX_MODEL_LEN=2048 ERNIE_SERVED_MODEL_NAME=ernie \
+       ERNIE_STREAM_INTERVAL_MAX=1  # vLLM 0.26 has no per-request stream_interval (it would warn per request)
+cli() { .venv/bin/python -m server.cli "$@"; }
+
+up_start() {  # up_start NAME [VAR=VALUE ...]: the stack in the background, until its chat URL
+    local name=$1; shift
+    mkdir -p "/tmp/res/$name"
+    env "$@" ERNIE_LOG_FILE="/tmp/res/$name/llm.log" ./scripts/up > "/tmp/res/$name/up.txt" 2>&1 &
+    up_pid=$!
+    for _ in $(seq 600); do
+        grep -q '^Chat: ' "/tmp/res/$name/up.txt" 2>/dev/null && break
+        kill -0 $up_pid 2>/dev/null || { echo "up exited:"; tail -n 30 "/tmp/res/$name/up.txt"; return 1; }
+        sleep 0.5
+    done
+    grep -E '^\[(stack|start-up|warm-up|engine)\]|API server|HAProxy' "/tmp/res/$name/up.txt" | grep -v "starting vLLM"
+}
+up_stop() { kill -TERM $up_pid 2>/dev/null; wait $up_pid 2>/dev/null; }
+app_vs_direct() {  # app_vs_direct NAME N: N chats at once through the app, then N straight to vLLM
+    local name=$1 n=$2
+    echo "--- $n chats through the app (qa-load)"
+    cli qa-load --sessions "$n" --timeout-s 240 --json > "/tmp/res/$name/qa-$n.json"
+    .venv/bin/python - "/tmp/res/$name/qa-$n.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); s = r["summary"]
+# Every complete reply is 256 tokens (ignore_eos); all were sent at once: tokens over the
+# time until the last reply ended is the app's generated tokens/s, as in the issue's table.
+last = max((c["total_s"] for c in r["sessions"] if c.get("total_s")), default=None)
+print({k: s.get(k) for k in ("sessions", "complete", "lost", "crossed", "errors")},
+      "TTFT ms p50/p99 %.0f/%.0f" % (s["ttft_ms"]["median"] or 0, s["ttft_ms"]["p99"] or 0),
+      "app tokens/s %.0f" % (256 * s["complete"] / last) if last else "-")
+PY
+    echo "--- $n requests straight to vLLM (bench), the same lengths"
+    cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
+        --no-plots --out "/tmp/res/$name/direct-$n" | head -n 4
+}
+cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
+
+if [ "$phase" = queue ]; then
+    shift
+    for p in "$@"; do
+        [ -e "/tmp/res/done-$p" ] && continue
+        echo "=== $p (${SECONDS} s into the call, $(left) s left)"
+        CALL_DEADLINE_S=$(left) bash "$0" "$p"; echo "exit $?" > "/tmp/res/done-$p"
+        rm -f "$out"/results.tgz.part-*
+        tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
+        (( $(left) > 60 )) || break
+    done
+    echo "queue: done: $(cd /tmp/res && ls done-* 2>/dev/null | sed 's/done-//' | paste -sd' ')"
+    exit 0
+fi
+
+case $phase in
+  cold)    # the first start on a fresh machine (no compile cache), then app vs direct and capacity
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    start=$SECONDS; up_start cold || exit 1; echo "chat URL after $((SECONDS - start)) s"
+    app_vs_direct cold 256
+    app_vs_direct cold 1024
+    echo "--- capacity through the app"
+    cli capacity --through app --start-users 256 --max-users 4096 --step-s 20 --ramp-s 5 \
+        --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/cold/capacity-app | tail -n 12
+    up_stop ;;
+  copies)  # a later start (compile cache present), two engine copies: the engine tier's ceiling
+    start=$SECONDS; up_start copies2 ERNIE_ENGINE_COPIES=2 || exit 1; echo "chat URL after $((SECONDS - start)) s"
+    cli bench --concurrency 1024 --num-prompts 3072 --input-len 40 --output-len 256 --warmup 0 \
+        --no-plots --out /tmp/res/copies2/direct-sustained | head -n 4
+    app_vs_direct copies2 1024
+    up_stop ;;
+  *) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
