@@ -61,7 +61,7 @@ print({k: s.get(k) for k in ("sessions", "complete", "lost", "crossed", "errors"
 PY
     echo "--- $n requests straight to vLLM (bench), the same lengths"
     cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
-        --no-plots --out "/tmp/res/$name/direct-$n" | head -n 4
+        --no-plots --out "/tmp/res/$name/direct-$n" > "/tmp/res/$name/direct-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-$n.txt" | head -n 4
 }
 cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
 
@@ -80,20 +80,36 @@ if [ "$phase" = queue ]; then
 fi
 
 case $phase in
+  warm)    # a later start (compile cache present): start-up, then the crowd figures again
+    start=$SECONDS; up_start warm || exit 1; echo "chat URL after $((SECONDS - start)) s"
+    app_vs_direct warm 256
+    app_vs_direct warm 1000
+    echo "--- capacity through the app"
+    cli capacity --through app --start-users 250 --max-users 1000 --step-s 20 --ramp-s 5 \
+        --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/warm/capacity-app 2>&1 | tail -n 12
+    up_stop ;;
   cold)    # the first start on a fresh machine (no compile cache), then app vs direct and capacity
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     start=$SECONDS; up_start cold || exit 1; echo "chat URL after $((SECONDS - start)) s"
     app_vs_direct cold 256
-    app_vs_direct cold 1024
+    app_vs_direct cold 1000
     echo "--- capacity through the app"
-    cli capacity --through app --start-users 256 --max-users 4096 --step-s 20 --ramp-s 5 \
+    cli capacity --through app --start-users 256 --max-users 1000 --step-s 20 --ramp-s 5 \
         --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/cold/capacity-app | tail -n 12
     up_stop ;;
   copies)  # a later start (compile cache present), two engine copies: the engine tier's ceiling
     start=$SECONDS; up_start copies2 ERNIE_ENGINE_COPIES=2 || exit 1; echo "chat URL after $((SECONDS - start)) s"
     cli bench --concurrency 1024 --num-prompts 3072 --input-len 40 --output-len 256 --warmup 0 \
-        --no-plots --out /tmp/res/copies2/direct-sustained | head -n 4
-    app_vs_direct copies2 1024
+        --no-plots --out /tmp/res/copies2/direct-sustained > /tmp/res/copies2/direct-sustained.txt 2>&1
+    grep -A3 "^ *conc" /tmp/res/copies2/direct-sustained.txt | head -n 4
+    app_vs_direct copies2 1000
+    echo "--- capacity through the app"
+    cli capacity --through app --start-users 500 --max-users 1000 --step-s 20 --ramp-s 5 \
+        --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/copies2/capacity-app 2>&1 | tail -n 6
+    echo "--- one stream, 1,024 in / 512 out, 8 requests one after another"
+    cli bench --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512 --no-plots \
+        --out /tmp/res/copies2/one-stream > /tmp/res/copies2/one-stream.txt 2>&1
+    grep -A3 "^ *conc" /tmp/res/copies2/one-stream.txt | head -n 4
     up_stop ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
