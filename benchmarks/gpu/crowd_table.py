@@ -1,0 +1,102 @@
+"""The H200 crowd figures (benchmarks/gpu/h200/crowd, made by crowd.sh) as a table and a plot.
+
+    .venv/bin/python benchmarks/gpu/crowd_table.py            # prints the table
+    .venv/bin/python benchmarks/gpu/crowd_table.py --plot docs/gpu-crowd.png
+
+"Before" is the issue's own table (main at aaa1fa0: one Chainlit process, one vLLM API
+server), measured the same way on the same kind of machine; it is quoted, not re-run.
+Every "after" figure is ONE run: a burst of a few seconds, so a difference under ~20 %
+between two such figures is not a finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "h200" / "crowd"
+REPLY_TOKENS = 256
+BEFORE = [  # (label, chats, app tok/s, direct tok/s, app TTFT p50, p99, direct TTFT p50, p99)
+    ("before: 1 worker, 1 API server", 256, 8610, 14772, 4625, 5029, 338, 751),
+]
+
+
+def app_row(run: str, chats: int) -> tuple:
+    qa = json.loads((HERE / run / f"qa-{chats}.json").read_text())
+    s = qa["summary"]
+    return (REPLY_TOKENS * s["complete"] / qa["last_reply_s"], s["ttft_ms"]["median"], s["ttft_ms"]["p99"],
+            s["lost"] + s["incomplete"], s["crossed"])
+
+
+def direct_row(run: str, name: str) -> tuple:
+    level = json.loads((HERE / run / f"{name}-bench.json").read_text())["levels"][0]["summary"]
+    return level["output_throughput"], level["ttft_ms"]["median"], level["ttft_ms"]["p99"]
+
+
+def rows() -> list[tuple]:
+    out = [(label, n, app, direct, a50, a99, d50, d99, "-") for label, n, app, direct, a50, a99, d50, d99 in BEFORE]
+    for run, label in (("warm", "after: 4 workers, 4 API servers, 1 copy"),
+                       ("copies2", "after: 4 workers, 4 API servers per copy, 2 copies")):
+        for chats in (256, 1000):
+            if not (HERE / run / f"qa-{chats}.json").exists():
+                continue
+            app, a50, a99, lost, crossed = app_row(run, chats)
+            direct, d50, d99 = direct_row(run, f"direct-{chats}")
+            out.append((label, chats, app, direct, a50, a99, d50, d99, f"{lost} lost, {crossed} crossed"))
+    return out
+
+
+def capacity(run: str) -> int:
+    return json.loads((HERE / run / "capacity-app" / "capacity.json").read_text())["users_within"]
+
+
+def render() -> str:
+    lines = [f"{'setting':<52}{'chats':>6}{'app tok/s':>10}{'direct':>8}{'ratio':>6}"
+             f"{'app TTFT p50/p99':>18}{'direct TTFT p50/p99':>21}  losses"]
+    for label, n, app, direct, a50, a99, d50, d99, losses in rows():
+        lines.append(f"{label:<52}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
+                     f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}  {losses}")
+    sustained, _, _ = direct_row("copies2", "direct-sustained")
+    lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
+              f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
+              f"{capacity('warm')} users with 1 copy, {capacity('copies2')} with 2"]
+    return "\n".join(lines)
+
+
+def plot(path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = rows()
+    short = {"before": "before\n1 worker, 1 API server", "1 copy": "after, 1 copy\n4 workers, 4 API servers",
+             "2 copies": "after, 2 copies\n4 workers, 4 API servers"}
+    labels = [next(v for k, v in short.items() if label.startswith(k) or label.endswith(k)) + f"\n{n} chats"
+              for label, n, *_ in data]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
+    x = range(len(data))
+    left.bar([i - 0.2 for i in x], [r[2] for r in data], 0.4, label="through the app")
+    left.bar([i + 0.2 for i in x], [r[3] for r in data], 0.4, label="straight to vLLM")
+    left.set_ylabel("generated tokens/s")
+    left.set_title("What the chat app carries (H200, ERNIE-4.5-0.3B shape)")
+    right.bar([i - 0.2 for i in x], [r[4] for r in data], 0.4, label="app TTFT p50")
+    right.bar([i + 0.2 for i in x], [r[5] for r in data], 0.4, label="app TTFT p99")
+    right.axhline(1000, color="grey", linestyle="--", linewidth=1, label="1 s")
+    right.set_ylabel("ms")
+    right.set_title("Time to first token through the app")
+    for ax in (left, right):
+        ax.set_xticks(list(x), labels, fontsize=7)
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args()
+    print(render())
+    if args.plot:
+        plot(args.plot)
+        print(f"wrote {args.plot}")
