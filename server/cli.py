@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--enforce-eager", action="store_true")
     plan.add_argument("--engine-copies", type=int, help="copies of the engine on the device, each "
                       "with its share of the memory (default ERNIE_ENGINE_COPIES)")
+    plan.add_argument("--users-per-copy", type=int, metavar="N",
+                      help="chat users one engine copy served (`ernie-chat capacity`): how many "
+                           "the whole set of copies (per GPU x GPUs x machines) serves")
     plan.add_argument("--concurrency", type=int,
                       help="reverse questions: utilization (or KV GiB) needed for N requests of "
                            "max-model-len, and the longest max-model-len for N requests")

@@ -9,7 +9,7 @@ import pytest
 from server import cli
 from server.paths import ROOT
 from server.loadtest.app_cost import (TICKS_PER_S, CostRun, Variant, alternate, cpu_seconds, ratios,
-                                      spread, summarize)
+                                      spread, summarize_cost_runs)
 
 
 def test_cpu_time_is_read_after_the_command_name_whatever_it_holds():
@@ -23,7 +23,7 @@ def run(sessions: int, cpu_s: float, tokens: int = 2000) -> CostRun:
 
 
 def test_cost_per_thousand_tokens_with_mean_and_spread_per_level():
-    summary = summarize([run(32, 0.2), run(32, 0.4), run(64, 0.6, tokens=4000), run(64, 1.0, 0)])
+    summary = summarize_cost_runs([run(32, 0.2), run(32, 0.4), run(64, 0.6, tokens=4000), run(64, 1.0, 0)])
     assert summary["32"]["cpu_s_per_1k_tokens"] == {"mean": pytest.approx(0.15), "stdev": pytest.approx(0.05),
                                                     "min": 0.1, "max": 0.2, "n": 2}
     assert summary["64"]["cpu_s_per_1k_tokens"]["n"] == 1  # a run without tokens has no figure

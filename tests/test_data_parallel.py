@@ -120,3 +120,19 @@ def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly
         head.stop()
         node.stop()
     assert head.proc.returncode == 0 and node.proc.returncode == 0
+
+
+def test_plan_counts_copies_per_gpu_times_gpus_and_the_users_they_serve(capsys, monkeypatch):
+    import json
+
+    from server import cli
+    assert cli.main(["plan", "--model", MODEL, "--gpu-memory-gib", "141", "--engine-copies", "2",
+                     "--users-per-copy", "500", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["copies_in_all"] == 2 and one["users_in_all"] == 1000
+    assert one["all_copies"]["kv_pool_tokens"] == 2 * one["kv_pool_tokens"]
+    monkeypatch.setenv("ERNIE_DATA_PARALLEL_SIZE", "4")  # four GPUs (or machines), two copies each
+    assert cli.main(["plan", "--model", MODEL, "--gpu-memory-gib", "141", "--engine-copies", "2",
+                     "--users-per-copy", "500", "--json"]) == 0
+    eight = json.loads(capsys.readouterr().out)
+    assert eight["copies_in_all"] == 8 and eight["users_in_all"] == 4000

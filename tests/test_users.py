@@ -14,7 +14,7 @@ import pytest
 from server.loadtest import capacity
 from server.loadtest.capacity import Objective, bounds, next_users, step_row
 from server.loadtest.user_chats import Reply
-from server.loadtest.user_stats import live, per_second, steady, summarize, user_rates
+from server.loadtest.user_stats import live, per_second, steady, summarize_users, user_rates
 from server.loadtest.users import ReplyRecord, UserModel, UserRecord, UsersError, run_users
 
 
@@ -56,24 +56,24 @@ def test_users_count_only_while_they_are_there():
 def test_the_verdict_counts_lost_incomplete_crossed_and_failed_opens():
     users = [UserRecord(0, 0.0, 0.1, 9.0), UserRecord(1, 0.0, 0.1, 9.0, error="refused")]
     good = [reply(0, 0, 0.0), reply(0, 1, 4.0)]
-    s = summarize(users[:1], good, crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
+    s = summarize_users(users[:1], good, crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
     assert s["ok"] and (s["lost"], s["incomplete"], s["errors"], s["complete"]) == (0, 0, 0, 2)
     lost = reply(0, 2, 8.0, ttft_s=None, total_s=None, tokens=None, error="no whole reply within 5 s",
                  complete=False)
-    s = summarize(users, good + [lost], crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
+    s = summarize_users(users, good + [lost], crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
     assert (s["lost"], s["errors"], s["opened"]) == (1, 2, 1) and not s["ok"]
     assert s["error_reasons"] == {"refused": 1, "no whole reply within 5 s": 1}
     half = reply(0, 2, 8.0, complete=False)
-    s = summarize(users[:1], good + [half], crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
+    s = summarize_users(users[:1], good + [half], crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
     assert s["incomplete"] == 1 and not s["ok"]
-    assert not summarize(users[:1], good, crossed=1, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
-    assert summarize(users[:1], good, crossed=None, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
+    assert not summarize_users(users[:1], good, crossed=1, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
+    assert summarize_users(users[:1], good, crossed=None, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
 
 
 def test_the_steady_state_is_after_the_ramp_and_inside_the_window():
     replies = [reply(0, 0, 1.0), reply(0, 1, 5.0), reply(0, 2, 12.0)]
     assert [r.sent_s for r in steady(replies, ramp_s=2.0, window_s=10.0)] == [5.0]
-    s = summarize([UserRecord(0, 0.0, 0.1, 15.0)], replies, 0, 15.0, ramp_s=2.0, window_s=10.0)
+    s = summarize_users([UserRecord(0, 0.0, 0.1, 15.0)], replies, 0, 15.0, ramp_s=2.0, window_s=10.0)
     assert s["steady"]["replies"] == 1 and s["steady"]["replies_per_s"] == pytest.approx(1 / 8)
     assert s["all"]["replies"] == 3
 

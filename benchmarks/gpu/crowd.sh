@@ -7,13 +7,15 @@
 # Getting there (calls back to back: /tmp lasts only while the machine is warm). A call carries
 # 64 MiB with the ~22 MiB tree, so everything travels in pieces of ~31 MiB:
 #   here:  bash ../shared/gpu/build_bundle.sh; split vllm_site.tar.xz into .gpu/c1..c3;
-#          bash ../shared/gpu/stack_env.sh wheels (.gpu/a1..); python ../shared/gpu/make_shape_model.py
-#          .gpu/model; HAProxy from Debian 12 with its libraries: .gpu/haproxy.tgz (crowd.sh unpacks it)
+#          bash benchmarks/gpu/app_wheels.sh (.gpu/a1..: NOT stack_env.sh wheels, which built cp311
+#          wheels the H200's 3.12 refuses); python ../shared/gpu/make_shape_model.py .gpu/model;
+#          HAProxy from Debian 12 with its libraries in .gpu/haproxy.tgz (haproxy.bin, lib/*.so*, a
+#          wrapper `haproxy` that sets LD_LIBRARY_PATH; crowd.sh unpacks it to /tmp/haproxy)
 #   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2)
 #          carry c3 too: bash .gpu/install.sh                                         (unpacks vLLM)
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
-#          carry the last aN, .gpu/model, .gpu/haproxy.tgz: bash .gpu/stack_env.sh setup &&
-#          bash benchmarks/gpu/crowd.sh queue cold copies
+#          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
+#          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (--load-format dummy): speed
 # and memory are the real model's; the text is not, so replies never end (ignore_eos keeps every
 # reply at 256 tokens, as in the issue's table).

@@ -85,7 +85,7 @@ def spread(values: list[float]) -> dict:
             "max": max(values), "n": len(values)}
 
 
-def summarize(runs: list[CostRun]) -> dict:
+def summarize_cost_runs(runs: list[CostRun]) -> dict:
     """Per number of chats: the spread of CPU-s per 1,000 tokens and of TTFT p50."""
     out = {}
     for sessions in sorted({r.sessions for r in runs}):
@@ -253,7 +253,7 @@ def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: 
                 if not result["summary"]["ok"]:  # every chat as it was, to see what went wrong
                     failed = out_dir / f"failed-{variants.index(variant)}-{sessions}-chats-{n}.json"
                     failed.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    summaries = {label: summarize(r) for label, r in runs.items()}
+    summaries = {label: summarize_cost_runs(r) for label, r in runs.items()}
     text = "\n\n".join(render_summary(summary, label) for label, summary in summaries.items())
     result = {"kind": "ernie-chat app-cost", "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "engine_url": engine_url, "output_len": output_len,

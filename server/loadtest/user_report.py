@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from server.loadtest.chat_socket import count_crossed
-from server.loadtest.user_stats import per_second, summarize
+from server.loadtest.user_stats import per_second, summarize_users
 from server.loadtest.users import UsersRun
 
 
@@ -17,7 +17,7 @@ def result_of(run: UsersRun, url: str, through: str) -> dict:
     sessions = [chat.session.record for chat in run.chats if chat.session is not None]
     crossed: Optional[int] = count_crossed(sessions) if through == "app" else None
     model = run.model
-    summary = summarize(run.users, run.replies, crossed, run.wall_s, model.ramp_s, model.window_s)
+    summary = summarize_users(run.users, run.replies, crossed, run.wall_s, model.ramp_s, model.window_s)
     return {"kind": "ernie-chat qa-load users", "url": url, "through": through,
             "model": {"users": model.users, "turns": model.turns, "think_s": model.think_s,
                       "ramp_s": model.ramp_s, "window_s": model.window_s,

@@ -69,14 +69,27 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
             shape, memory.kind, kv_cache_dtype=settings.kv_cache_dtype,
             total_bytes=memory.total_bytes, overhead=plan.overhead or kp.gpu_overhead(shape))],
     }
-    result["engine_copies"] = copies
-    if copies > 1:
-        result["all_copies"] = {"kv_pool_bytes": copies * plan.kv_pool_bytes,
-                                "kv_pool_tokens": copies * plan.kv_pool_tokens,
-                                "max_concurrency": copies * plan.max_concurrency}
+    # Every copy in the whole set: per GPU, times GPUs and machines (vLLM's data parallelism).
+    in_all = copies * settings.data_parallel_size
+    result["engine_copies"], result["copies_in_all"] = copies, in_all
+    if in_all > 1:
+        result["all_copies"] = {"kv_pool_bytes": in_all * plan.kv_pool_bytes,
+                                "kv_pool_tokens": in_all * plan.kv_pool_tokens,
+                                "max_concurrency": in_all * plan.max_concurrency}
+    if args.users_per_copy:
+        result["users_in_all"] = users_in_all(args.users_per_copy, in_all)
     if args.concurrency:
         result["reverse"] = reverse(args, settings, shape, memory, plan)
     return result
+
+
+def users_in_all(users_per_copy: int, copies: int) -> int:
+    """Chat users the whole set serves, from what one copy served (`ernie-chat capacity`).
+
+    Copies share nothing but the balancer, so users add up; on one GPU they also share its
+    compute, so this is an upper bound there: measure the set itself with `capacity`.
+    """
+    return users_per_copy * copies
 
 
 def reverse(args, settings, shape, memory, plan) -> dict:
@@ -111,10 +124,14 @@ def render(r: dict) -> str:
     if r.get("all_copies"):
         a = r["all_copies"]
         lines.append(
-            f"Copies       {r['engine_copies']} engine copies on this device; the figures below are "
-            f"one copy's (utilization {r['gpu_memory_utilization']} each, or the KV pool given); "
-            f"in all: KV pool {gib(a['kv_pool_bytes'])} = {a['kv_pool_tokens']:,} tokens, "
-            f"{a['max_concurrency']:.1f} requests of max-model-len at once")
+            f"Copies       {r['copies_in_all']} engine copies in all ({r['engine_copies']} per GPU); "
+            f"the figures below are one copy's (utilization {r['gpu_memory_utilization']} each, "
+            f"or the KV pool given); in all: KV pool {gib(a['kv_pool_bytes'])} = "
+            f"{a['kv_pool_tokens']:,} tokens, {a['max_concurrency']:.1f} requests of max-model-len at once")
+    if r.get("users_in_all"):
+        lines.append(f"Users        at most {r['users_in_all']:,} chat users for the {r['copies_in_all']} "
+                     "copies, from the capacity one copy served (copies on one GPU share its compute: "
+                     "measure them together with `ernie-chat capacity`)")
     if r.get("overhead"):
         o = r["overhead"]
         lines.append(
