@@ -52,6 +52,16 @@ def _isolated_env():
     os.environ.update(saved)
 
 
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No ERNIE_* variable and no .env of the developer's may reach a test that reads settings:
+    a module takes it with ``pytestmark = pytest.mark.usefixtures("clean_env")``."""
+    for key in list(os.environ):
+        if key.startswith("ERNIE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def engine_python() -> Path:
     """The engine environment's Python, installed as `up` installs it."""

@@ -54,3 +54,25 @@ def start(port: int) -> Iterator[str]:
     finally:
         run("pg_ctl", "-D", str(data), "-m", "fast", "stop")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def fetch(url: str, query: str, *args) -> list:
+    """The rows of one query, in a thread of its own (callers may run inside an event loop)."""
+    import asyncio
+    import threading
+
+    import asyncpg
+
+    from server.chat_db import plain_postgres_url
+
+    async def read():
+        db = await asyncpg.connect(plain_postgres_url(url))
+        try:
+            return await db.fetch(query, *args)
+        finally:
+            await db.close()
+    rows: list = []
+    worker = threading.Thread(target=lambda: rows.extend(asyncio.run(read())))
+    worker.start()
+    worker.join()
+    return rows

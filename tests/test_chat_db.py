@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 
-import asyncpg
 import pytest
 
 from server import chat_db
@@ -20,15 +18,8 @@ def database():
 
 
 def columns(url: str, table: str) -> set[str]:
-    async def read():
-        db = await asyncpg.connect(chat_db.plain_postgres_url(url))
-        try:
-            rows = await db.fetch("SELECT column_name FROM information_schema.columns "
-                                  "WHERE table_name = $1", table)
-        finally:
-            await db.close()
-        return {r["column_name"] for r in rows}
-    return asyncio.run(read())
+    return {r["column_name"] for r in postgres.fetch(
+        url, "SELECT column_name FROM information_schema.columns WHERE table_name = $1", table)}
 
 
 def test_workers_that_prepare_the_database_at_once_all_succeed(database):

@@ -4,7 +4,6 @@ copies only (`up` with ERNIE_NODE_ROLE=engines: `vllm serve --headless`)."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import httpx
@@ -20,12 +19,7 @@ from tests.stack_process import Up
 MODEL, PYTHON = "baidu/ERNIE-4.5-0.3B-PT", "python"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("ERNIE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def flags(argv: list[str]) -> dict[str, str]:

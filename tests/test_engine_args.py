@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 
@@ -17,12 +16,7 @@ MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SECRET = "sk-very-secret-4711"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("ERNIE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def command(device: str, **overrides):

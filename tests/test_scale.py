@@ -17,12 +17,10 @@ import signal
 import time
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
 from app import boot_cookie
-from server import chat_db
 from server.loadtest.chat_socket import ChatSession, SessionRecord
 from server.settings import load_settings
 from server.stack.balancer import STICKY_COOKIE
@@ -151,17 +149,10 @@ def test_chats_spread_over_both_workers_and_postgres_keeps_every_one(stack, data
     assert all(s.record.complete for s in sessions), [s.record.error for s in sessions]
     assert len(spread) == 2 and all(n >= 2 for n in spread), spread  # both workers had chats
 
-    async def saved() -> dict[str, str]:
-        db = await asyncpg.connect(chat_db.plain_postgres_url(database))
-        try:
-            rows = await db.fetch('SELECT s."threadId", s."type", s."output" FROM steps s '
-                                  'JOIN threads t ON t."id" = s."threadId" WHERE t."userIdentifier" = $1', USER)
-        finally:
-            await db.close()
-        return rows
     deadline = time.monotonic() + 30          # Chainlit writes in background tasks
     while True:
-        rows = run(saved())
+        rows = postgres.fetch(database, 'SELECT s."threadId", s."type", s."output" FROM steps s JOIN '
+                              'threads t ON t."id" = s."threadId" WHERE t."userIdentifier" = $1', USER)
         asked = {r["output"] for r in rows if r["type"] == "user_message"}
         replies = [r for r in rows if r["type"] == "assistant_message" and "tok/s" in (r["output"] or "")]
         if set(prompts) <= asked and len(replies) >= len(prompts) or time.monotonic() > deadline:

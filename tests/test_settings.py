@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -13,13 +12,7 @@ from server.settings import DEFAULT_MODEL, Settings, SettingsError, env_example,
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    """No ERNIE_* variable and no .env of the developer's may reach these tests."""
-    for key in list(os.environ):
-        if key.startswith("ERNIE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def error_for(monkeypatch, name: str, value: str) -> str:

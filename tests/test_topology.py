@@ -5,7 +5,6 @@ vLLM's log for the number of API servers it really runs."""
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 
 import pytest
@@ -19,12 +18,7 @@ from server.stack.topology import auto_api_servers, auto_app_workers, balancer_c
 from server.stack.vllm_log import START_MARKER, api_server_count
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("ERNIE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def ports(start: int = 41000):
