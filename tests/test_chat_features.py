@@ -243,6 +243,19 @@ def test_attached_files_go_into_the_prompt_counted_exactly(page_factory, short_a
     assert figures(reply) == (user_prompt(short_app, expected), SHORT_REPLY)
 
 
+def test_files_still_upload_after_another_app_of_the_same_checkout_stopped(
+        page_factory, short_app, engine, tmp_path):
+    """A stopping Chainlit deletes its files directory: it must not be the other workers'."""
+    page = open_chat(page_factory, short_app)
+    settings, _ = engine
+    for _ in start_app(tmp_path, engine_url=settings.engine_base_url):
+        pass  # started and stopped
+    send_with_files(page, "Summarise this.", [("notes.md", "text/markdown", NOTES.encode())])
+    reply = finished_replies(page, 1)[-1]
+    expected = prompt_with("Summarise this.", [Attachment("notes.md", NOTES, "utf-8")])
+    assert figures(reply) == (user_prompt(short_app, expected), SHORT_REPLY)
+
+
 def test_bad_files_are_refused_by_name_and_the_typed_text_stays(page_factory, short_app):
     page = open_chat(page_factory, short_app)
     # An empty file never reaches the chat: the upload itself is refused (app/upload_check.py).

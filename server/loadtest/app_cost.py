@@ -132,38 +132,42 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 # --- the app and the runs (I/O) -------------------------------------------------------
 
 class ProfiledApp:
-    """The chat app, started by the supervisor's code against ``engine_url``."""
+    """One Chainlit worker of the checkout ``root``, started by the stack's own app tier
+    against ``engine_url`` (no balancer: the figures are the app's alone)."""
 
     def __init__(self, engine_url: str, output_len: int, root: Path, env: dict[str, str],
                  out_dir: Path):
         from server.settings import load_settings
+        from server.stack.app_tier import AppTier
         from server.stack.processes import free_port
-        from server.stack.supervisor import Stack
         self.settings = load_settings(engine_url=engine_url, ignore_eos=True, max_tokens=output_len,
-                                      app_port=free_port(), log_file=out_dir / "llm.log",
+                                      app_port=free_port(), app_workers=1,
+                                      log_file=out_dir / "llm.log",
                                       usage_log=out_dir / "usage.jsonl", chat_db=None)
-        self.stack = Stack(self.settings, root=root)
-        self.stack.app = self.stack.prepare_app()
-        self.stack.app.env.update(env)
+        s = self.settings
+        self.tier = AppTier(s, s.app_host, (s.app_port,), s.engine_base_url, root,
+                            out_dir / "llm.log")
+        self.worker = self.tier.workers[0]
+        self.worker.proc.env.update(env)
 
     def __enter__(self) -> "ProfiledApp":
         try:
-            self.stack.start_app()
+            self.tier.start_all()
         except BaseException:
-            self.stack.stop()
+            self.tier.stop()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stack.stop()
+        self.tier.stop()
 
     @property
     def pid(self) -> int:
-        return self.stack.app.pid
+        return self.worker.proc.pid
 
     @property
     def url(self) -> str:
-        return self.settings.app_url
+        return self.worker.url
 
 
 def reply_tokens(result: dict) -> int:
