@@ -12,6 +12,7 @@ from server.stack.vllm_log import (
     KVReport,
     Phase,
     parse_kv_report,
+    phase_in_progress,
     read_tail,
     render_phases,
     startup_phases,
@@ -214,3 +215,17 @@ def test_render_gives_a_line_per_phase_and_the_wait_the_log_does_not_show():
     assert lines[-1].split()[-2:] == ["7", "s"] and "until it answered" in lines[-1]
     # A start the log accounts for entirely has no remainder line.
     assert "until it answered" not in render_phases(phases, total_s=88.2)
+
+
+def test_the_phase_in_progress_is_the_one_after_the_last_milestone():
+    """The live status during a start: named from the log, not a raw log line."""
+    lines = read_tail(CPU_LOG)
+    assert phase_in_progress([]) == "API server process: Python imports, arguments"
+    cut = next(i for i, line in enumerate(lines) if "Starting to load model" in line
+               or "Loading model from scratch" in line)
+    assert phase_in_progress(lines[:cut]) == "worker processes: spawn, imports, device"
+    assert phase_in_progress(lines[:cut + 1]) == "model load"
+    assert phase_in_progress(lines) == "answering its first health check"
+    # A restart: only the lines after the last start marker count.
+    assert phase_in_progress(lines + ["=== ernie-chat: starting engine at 2026-12-01 18:30:08"]) \
+        == "API server process: Python imports, arguments"

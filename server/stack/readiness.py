@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import httpx
 
 from server.progress import StatusLine
 from server.settings import auth_headers
-from server.stack.vllm_log import read_tail
 
 
 def probe_engine(base_url: str, api_key: Optional[str], timeout_s: float = 2.0) -> Optional[dict]:
@@ -51,8 +49,3 @@ def wait_until(check: Callable[[], object], is_dead: Callable[[], bool], timeout
         status.update(detail())
         time.sleep(1.0)
     return None
-
-
-def last_log_line(path: Path) -> str:
-    lines = read_tail(path, 20_000)
-    return lines[-1][-120:] if lines else ""

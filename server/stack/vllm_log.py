@@ -200,6 +200,19 @@ def startup_phases(lines: Iterable[str]) -> list[Phase]:
     return phases
 
 
+def phase_in_progress(lines: Iterable[str]) -> str:
+    """What the engine is doing now, by the last start-up milestone in the log: the phase
+    after it (a live status that names a step instead of showing a raw log line)."""
+    lines, _ = _since_last_start(lines)
+    reached = -1
+    for index, milestone in enumerate(_MILESTONES):
+        if any(milestone.pattern.search(line) and _VLLM_TIME.search(line) for line in lines):
+            reached = index
+    if reached + 1 < len(_MILESTONES):
+        return _MILESTONES[reached + 1].phase
+    return "answering its first health check"
+
+
 def render_phases(phases: list[Phase], total_s: float) -> str:
     """One line per phase, and what the log does not cover (the wait until the engine
     answered /health and /v1/models), for a start that took ``total_s`` seconds."""
