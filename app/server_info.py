@@ -14,6 +14,7 @@ from typing import Optional
 
 import httpx
 from openai import AsyncOpenAI
+from openai.types import Model
 
 from app import token_count
 from app.texts import text
@@ -55,20 +56,29 @@ async def llamacpp_window(http: httpx.AsyncClient, base_url: str,
         return None
 
 
+def choose_model(listed: list[Model], configured: str) -> Optional[Model]:
+    """The model the chat asks for: ERNIE_SERVED_MODEL_NAME when the server lists it (a
+    server with several, such as Ollama), else the first listed.  None when the list is
+    empty, as with ``transformers serve`` pinned to one model: then the configured name is
+    sent as it is (docs/notes.md, "Other OpenAI-compatible servers")."""
+    return next((m for m in listed if m.id == configured), listed[0] if listed else None)
+
+
 async def probe(client: AsyncOpenAI, http: httpx.AsyncClient, settings: Settings) -> ServerInfo:
     """Ask the server what it is and offers; raises what the client raises when it is down."""
-    models = await client.models.list()
-    first = models.data[0]
-    extra = first.model_extra or {}
-    owner = (first.owned_by or "").lower()
+    listed = (await client.models.list()).data
+    chosen = choose_model(listed, settings.served_model_name)
+    extra = (chosen.model_extra or {}) if chosen else {}
+    owner = ((chosen.owned_by if chosen else "") or "").lower()
+    model = chosen.id if chosen else settings.served_model_name
     kind = VLLM if owner == "vllm" else LLAMACPP if owner == "llamacpp" else OTHER
     url, key = settings.engine_base_url, settings.api_key_value
     reported = int(extra.get("max_model_len") or 0) or None
     if kind == LLAMACPP:
         reported = await llamacpp_window(http, url, key)
     window, source = choose_window(reported, settings)
-    counting = await token_count.detect(http, url, first.id, key)
-    return ServerInfo(url, kind, first.id, str(extra.get("root") or ""), window, source, counting)
+    counting = await token_count.detect(http, url, model, key)
+    return ServerInfo(url, kind, model, str(extra.get("root") or ""), window, source, counting)
 
 
 def describe(lang: str, server: ServerInfo) -> str:

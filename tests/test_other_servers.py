@@ -17,7 +17,7 @@ import pytest
 
 from app import token_count
 from app.engine_client import count_tokens, make_client
-from app.server_info import ServerInfo, choose_window, describe, probe, read_metrics
+from app.server_info import ServerInfo, choose_model, choose_window, describe, probe, read_metrics
 from server.settings import load_settings
 from tests import openai_standin
 from tests.conftest import ROOT, start_app
@@ -80,6 +80,14 @@ def test_the_window_is_the_servers_else_the_setting_else_the_default():
     assert choose_window(4096, load_settings(context_window=1000)) == (4096, "server")
     assert choose_window(None, load_settings(context_window=1000)) == (1000, "setting")
     assert choose_window(None, load_settings(max_model_len=2048)) == (2048, "default")
+
+
+def test_the_model_is_the_configured_one_when_listed_else_the_first():
+    from openai.types import Model
+    listed = [Model(id=name, created=0, object="model", owned_by="x") for name in ("a", "b")]
+    assert choose_model(listed, "b").id == "b"      # Ollama lists every model it has
+    assert choose_model(listed, "zzz").id == "a"
+    assert choose_model([], "b") is None            # transformers serve lists none
 
 
 async def probed(url, **overrides) -> ServerInfo:
