@@ -117,8 +117,9 @@ def test_chat_database_is_created_with_the_columns_chainlit_writes(tmp_path):
 @pytest.fixture(scope="module")
 def short_app(engine, tmp_path_factory):
     settings, _ = engine
+    # ignore_eos: every reply runs to 16 tokens (the demo model may end sooner on its own).
     yield from start_app(tmp_path_factory.mktemp("badinput"), engine_url=settings.engine_base_url,
-                         max_tokens=16)
+                         max_tokens=16, ignore_eos=True)
 
 
 def chat_turn(url: str, text: str):
