@@ -3,14 +3,17 @@
 It starts vLLM with exactly the command ``up`` uses (engine_args.engine_command) in its
 own process group, logs to the point's log, waits until it answers /health and
 /v1/models, hands it over as a :class:`RunningEngine`, and stops the whole group on the
-way out, whatever happens: Ctrl-C, SIGTERM, a failed start, the time limits.  A stack
-that starts engines its own way (several copies behind a balancer) plugs in through
-``Sweep.start_engine`` with the same signature (:data:`StartEngine`).
+way out, whatever happens: Ctrl-C, SIGTERM, a failed start, the time limits.  The
+settings that start more processes (API servers, engine copies per GPU) are laid out by
+the stack's own topology, so a point with two copies runs them behind HAProxy as `up`
+does.  Another starter plugs in through ``Sweep.start_engine`` with the same signature
+(:data:`StartEngine`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +23,12 @@ from server.paths import ROOT
 from server.progress import StatusLine
 from server.settings import Settings
 from server.stack import doctor
+from server.stack.balancer import managed_haproxy, max_connections, open_files_limit
 from server.stack.engine_args import engine_command
-from server.stack.processes import ManagedProcess
+from server.stack.engine_tier import copy_log_path
+from server.stack.processes import ManagedProcess, free_port, port_free
 from server.stack.readiness import probe_engine, wait_until
+from server.stack.topology import Topology, balancer_config, plan_topology
 from server.stack.vllm_log import START_MARKER, read_tail
 
 
@@ -84,25 +90,59 @@ def failure_reason(log: Path) -> str:
     return " / ".join(l.strip()[-160:] for l in doctor.last_error_lines(lines, 2)) or "no output"
 
 
+def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess]]:
+    """The point's engine copies and API servers exactly as `up` lays them out (topology),
+    each copy with the command `up` gives it; the first copy logs to the point's log."""
+    settings = start.settings
+    topology = plan_topology(settings, start.device, os.cpu_count() or 1, free_port)
+    procs = []
+    for copy in topology.copies:
+        command = engine_command(settings, start.model, start.device, start.python, copy)
+        procs.append(ManagedProcess("engine", command.argv, copy_log_path(start.log, copy),
+                                    env=command.env, cwd=ROOT, marker=START_MARKER))
+    return topology, procs
+
+
 @contextlib.contextmanager
 def start_vllm(start: PointStart) -> Iterator[RunningEngine]:
-    """One vLLM for a point, as `up` starts it, until it answers /health and /v1/models."""
+    """The point's vLLM, as `up` starts it (its copies one after another, then HAProxy in
+    front of them), until each answers /health and /v1/models."""
     settings, log = start.settings, start.log
-    command = engine_command(settings, start.model, start.device, start.python)
-    engine = ManagedProcess("engine", command.argv, log, env=command.env, cwd=ROOT, marker=START_MARKER)
+    topology, engines = copies_of(start)
+    haproxy: Optional[ManagedProcess] = None
     status = StatusLine(start.label)
-    url = settings.engine_base_url
+    key = settings.api_key_value
     try:
-        engine.start()
-        entry = wait_until(lambda: probe_engine(url, settings.api_key_value), lambda: not engine.alive(),
-                           start.timeout_s, status, lambda: f"starting vLLM, log {log.name}")
-        if not entry:
-            reason = (failure_reason(log) if not engine.alive() else
-                      "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
-            status.done(reason)
-            raise PointFailed(reason, engine.pid, timed_out=engine.alive())
+        for copy, engine in zip(topology.copies, engines):
+            url = f"http://{copy.host}:{copy.port}"
+            engine.start()
+            name = f"copy {copy.index + 1}/{len(engines)}, " if len(engines) > 1 else ""
+            entry = wait_until(lambda: probe_engine(url, key), lambda: not engine.alive(),
+                               start.timeout_s - status.elapsed, status,
+                               lambda: f"starting vLLM, {name}log {engine.log_path.name}")
+            if not entry:
+                reason = (failure_reason(engine.log_path) if not engine.alive() else
+                          "not ready within the time limit (--point-timeout-s/--total-timeout-s)")
+                status.done(reason)
+                raise PointFailed(reason, engine.pid, timed_out=engine.alive())
+        if topology.balanced_engine:
+            haproxy = start_balancer(topology, log)
         status.done(f"vLLM ready in {status.elapsed:.0f} s")
-        yield RunningEngine(url, settings.api_key_value, entry, log, engine.pid, status.elapsed, engine.alive)
+        yield RunningEngine(settings.engine_base_url, key, entry, log, engines[0].pid,
+                            status.elapsed, lambda: all(e.alive() for e in engines))
     finally:
         with signals_ignored():
-            engine.stop()
+            for proc in ([haproxy] if haproxy else []) + engines:
+                proc.stop()
+
+
+def start_balancer(topology: Topology, log: Path) -> ManagedProcess:
+    """HAProxy in front of the copies, where the point's engine URL points."""
+    config = balancer_config(topology, max_connections(open_files_limit()))
+    haproxy = managed_haproxy(config, log.with_name(f"{log.stem}-haproxy.cfg"),
+                              log.with_name(f"{log.stem}-haproxy.log"), ROOT)
+    haproxy.start()
+    if not wait_until(lambda: not port_free(topology.engine_host, topology.engine_port),
+                      lambda: not haproxy.alive(), 10, StatusLine("balancer"), lambda: "starting HAProxy"):
+        raise PointFailed(f"HAProxy did not start; see {haproxy.log_path}", haproxy.pid)
+    return haproxy

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.errors import ErnieChatError
+from server.stack.processes import ManagedProcess
 
 # Streams pause while a model thinks or a user reads; an idle stream is not a dead one.
 STREAM_TIMEOUT = "1h"
@@ -137,3 +138,11 @@ def write_config(config: BalancerConfig, path: Path, haproxy: str) -> Path:
 def haproxy_argv(haproxy: str, config_path: Path) -> list[str]:
     # -db: stay in the foreground, so the supervisor owns it like any other child.
     return [haproxy, "-db", "-f", str(config_path)]
+
+
+def managed_haproxy(config: BalancerConfig, config_path: Path, log_path: Path,
+                    cwd: Path) -> ManagedProcess:
+    """HAProxy as a child like the others, its config checked and written (not started)."""
+    haproxy = haproxy_path()
+    path = write_config(config, config_path, haproxy)
+    return ManagedProcess("balancer", haproxy_argv(haproxy, path), log_path, cwd=cwd)

@@ -135,10 +135,8 @@ class Stack:
                                  balancer.max_connections(balancer.open_files_limit()))
         if config is None:
             return
-        haproxy = balancer.haproxy_path()
-        path = balancer.write_config(config, self.root / ".cache" / "haproxy.cfg", haproxy)
-        self.balancer = ManagedProcess("balancer", balancer.haproxy_argv(haproxy, path),
-                                       self.log_path.with_name("balancer.log"), cwd=self.root)
+        self.balancer = balancer.managed_haproxy(config, self.root / ".cache" / "haproxy.cfg",
+                                                 self.log_path.with_name("balancer.log"), self.root)
         self.restart_balancer()
 
     def restart_balancer(self) -> None:
