@@ -26,6 +26,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -116,6 +117,19 @@ if KIND == "llamacpp":
 app = Starlette(routes=routes)
 
 
+def wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float,
+                       why: Callable[[], str]) -> None:
+    """Until GET ``url`` succeeds; fails with ``why()`` if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(url, timeout=1).raise_for_status()
+            return
+        except httpx.HTTPError:
+            assert proc.poll() is None and time.monotonic() < deadline, why()
+            time.sleep(0.2)
+
+
 @contextmanager
 def running(kind: str = "plain", window: int = 512):
     """The stand-in in its own process on a free port; yields its URL, stops it after."""
@@ -127,14 +141,7 @@ def running(kind: str = "plain", window: int = 512):
                             cwd=Path(__file__).resolve().parent.parent, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/v1/models", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the stand-in did not start"
-                time.sleep(0.2)
+        wait_until_serving(f"{url}/v1/models", proc, 30, lambda: "the stand-in did not start")
         yield url
     finally:
         proc.terminate()

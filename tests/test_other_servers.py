@@ -170,7 +170,7 @@ def test_the_chat_works_against_a_plain_server_and_says_what_it_does(chat_on_pla
             for i in range(4):
                 ask(f"Question number {i}: what should I pack for a trip to the mountains?")
             page.get_by_text("were left out of this request").first.wait_for(timeout=10_000)
-            assert "404" not in page.content() and "Traceback" not in page.content()
+            assert "404 Not Found" not in page.content() and "Traceback" not in page.content()
         finally:
             browser.close()
     seen = httpx.get(f"{plain_server}/standin/requests", timeout=5).json()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ import pytest
 
 from app.server_info import read_metrics
 from tests.conftest import ROOT, start_app
+from tests.openai_standin import wait_until_serving
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, ask, browser, open_chat, page_factory)
 from tests.test_other_servers import probed
@@ -54,15 +54,8 @@ def transformers_server(engine_python, demo_model, tmp_path_factory):
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                httpx.get(f"{url}/health", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    (tmp / "serve.log").read_text(errors="replace")[-2000:]
-                time.sleep(0.5)
+        wait_until_serving(f"{url}/health", proc, 300,
+                           lambda: (tmp / "serve.log").read_text(errors="replace")[-2000:])
         yield url, str(demo_model)
     finally:
         proc.terminate()
