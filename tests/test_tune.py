@@ -265,12 +265,14 @@ def test_baseline_is_vllms_defaults_and_named_points_come_first():
                                             "gpu_memory_utilization=0.85", "--max-num-seqs", "128"),
                                       settings, "cuda", model_max_len=131072)
     assert [p.label() for p in points] == [
-        "vLLM defaults: len 131072, util 0.9",
+        "vLLM defaults: len 131072, api_servers=1, engine_copies=1, util 0.9",
         "seed 2048: len 2048, util 0.85",
         "len 8192, util 0.9, seqs 128"]
     # Every setting that reaches vLLM's command goes back to its default; app settings stay.
-    assert points[0].overrides() == {"max_model_len": 131072, "gpu_memory_utilization": 0.9,
-                                     "kv_cache_gib": None, "max_num_seqs": None, "stream_interval": None}
+    # One server with one API server, as vLLM alone runs, whatever up would start here.
+    assert points[0].overrides() == {"max_model_len": 131072, "api_servers": 1, "engine_copies": 1,
+                                     "gpu_memory_utilization": 0.9, "kv_cache_gib": None,
+                                     "max_num_seqs": None, "stream_interval": None}
     cpu = tune_points.build_points(parse("--baseline"), settings, "cpu", model_max_len=131072)
     assert cpu[0].overrides()["kv_cache_gib"] == 1.0 and len(cpu) == 1
     with pytest.raises(SystemExit):

@@ -135,9 +135,10 @@ def memory_of(settings: Settings, device: str) -> dict:
 
 def baseline(settings: Settings, device: str, model_max_len: int) -> Point:
     """vLLM's own defaults: every engine setting that reaches its command at its default
-    (no flag), the model's whole window, and vLLM's default memory (on a CPU, where vLLM
-    would take most of the RAM, the pool of the settings)."""
-    values: dict[str, Any] = {"max_model_len": model_max_len}
+    (no flag), the model's whole window, vLLM's default memory (on a CPU, where vLLM
+    would take most of the RAM, the pool of the settings), and one server with one API
+    server process, not the ones `up` would start on this machine."""
+    values: dict[str, Any] = {"max_model_len": model_max_len, "api_servers": 1, "engine_copies": 1}
     values.update({"kv_cache_gib": settings.cpu_kv_cache_gib} if device == "cpu" else
                   {"gpu_memory_utilization": VLLM_DEFAULT_UTILIZATION, "kv_cache_gib": None})
     base = with_overrides(settings, values)
