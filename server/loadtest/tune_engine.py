@@ -144,5 +144,6 @@ def start_balancer(topology: Topology, log: Path) -> ManagedProcess:
     haproxy.start()
     if not wait_until(lambda: not port_free(topology.engine_host, topology.engine_port),
                       lambda: not haproxy.alive(), 10, StatusLine("balancer"), lambda: "starting HAProxy"):
+        haproxy.stop()
         raise PointFailed(f"HAProxy did not start; see {haproxy.log_path}", haproxy.pid)
     return haproxy
