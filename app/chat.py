@@ -254,8 +254,11 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
     stats = ec.ReplyStats()
-    extra_body = sampling_extra(params, SETTINGS.ignore_eos) or {}
-    if (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
+    # vLLM's own fields go to vLLM only: another server may refuse a field it does not
+    # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
+    vllm = getattr(cl.user_session.get("server"), "kind", server_info.VLLM) == server_info.VLLM
+    extra_body = sampling_extra(params, SETTINGS.ignore_eos and vllm) or {}
+    if vllm and (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
         extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
     pieces = LIVE.track(ec.stream_reply(
         CLIENT, model, messages, stats,

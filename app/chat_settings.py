@@ -85,7 +85,8 @@ def apply(values: dict, params: ChatParams, max_reply_tokens: int) -> ChatParams
 
 
 def sampling_extra(params: ChatParams, ignore_eos: bool) -> Optional[dict]:
-    """vLLM's own sampling fields for a request (extra_body): the seed, ignore_eos."""
+    """Sampling fields beyond the client's arguments (extra_body): the seed (the OpenAI
+    API's own) and ignore_eos (vLLM's, for load tests)."""
     extra = {"seed": params.seed} if params.seed is not None else {}
     if ignore_eos:
         extra["ignore_eos"] = True

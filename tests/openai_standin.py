@@ -38,7 +38,7 @@ from starlette.routing import Route
 KIND = os.environ.get("STANDIN_KIND", "plain")
 WINDOW = int(os.environ.get("STANDIN_WINDOW", "512"))
 MODEL = "standin-model"
-SECONDS_PER_TOKEN = 0.02
+SECONDS_PER_TOKEN = float(os.environ.get("STANDIN_SECONDS_PER_TOKEN", "0.02"))
 SEEN: list[dict] = []
 
 
@@ -65,7 +65,7 @@ async def chat(request: Request):
     prompt, reply = count(body["messages"]), min(int(body.get("max_tokens") or 16), 64)
     too_long = prompt + reply > WINDOW
     SEEN.append({"messages": len(body["messages"]), "prompt_tokens": prompt,
-                 "status": 400 if too_long else 200})
+                 "status": 400 if too_long else 200, "fields": sorted(body)})
     if too_long:
         return JSONResponse(status_code=400, content={"error": {
             "message": f"This model's maximum context length is {WINDOW} tokens. However, you "
@@ -131,11 +131,12 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float,
 
 
 @contextmanager
-def running(kind: str = "plain", window: int = 512):
+def running(kind: str = "plain", window: int = 512, seconds_per_token: float = SECONDS_PER_TOKEN):
     """The stand-in in its own process on a free port; yields its URL, stops it after."""
     from server.stack.processes import free_port
     port = free_port()
-    env = {**os.environ, "STANDIN_KIND": kind, "STANDIN_WINDOW": str(window)}
+    env = {**os.environ, "STANDIN_KIND": kind, "STANDIN_WINDOW": str(window),
+           "STANDIN_SECONDS_PER_TOKEN": str(seconds_per_token)}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.openai_standin:app",
                              "--port", str(port), "--log-level", "warning"],
                             cwd=Path(__file__).resolve().parent.parent, env=env)

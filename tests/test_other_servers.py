@@ -27,7 +27,8 @@ WINDOW = 240
 
 @pytest.fixture(scope="module")
 def plain_server():
-    with openai_standin.running("plain", WINDOW) as url:
+    # 500 tokens/s: fast enough that the app would ask vLLM to group tokens (stream_interval).
+    with openai_standin.running("plain", WINDOW, seconds_per_token=0.002) as url:
         yield url
 
 
@@ -136,7 +137,7 @@ def test_the_welcome_names_the_server_and_how_it_counts(kind, counting, source, 
 @pytest.fixture(scope="module")
 def chat_on_plain_server(plain_server, tmp_path_factory):
     yield from start_app(tmp_path_factory.mktemp("plain"), engine_url=plain_server,
-                         context_window=WINDOW, max_tokens=24)
+                         context_window=WINDOW, max_tokens=24, ignore_eos=True)
 
 
 @pytest.mark.browser
@@ -175,4 +176,6 @@ def test_the_chat_works_against_a_plain_server_and_says_what_it_does(chat_on_pla
             browser.close()
     seen = httpx.get(f"{plain_server}/standin/requests", timeout=5).json()
     assert [r["status"] for r in seen] == [200] * len(seen), seen
+    # vLLM's own fields stay with vLLM: transformers serve, for one, refuses them (HTTP 422).
+    assert not any({"ignore_eos", "stream_interval"} & set(r["fields"]) for r in seen), seen
     assert max(r["prompt_tokens"] for r in seen) + 24 <= WINDOW
