@@ -22,12 +22,8 @@ import chainlit.config
 import chainlit.server
 
 
-def per_worker_dir(files_root: Path, pid: int) -> Path:
-    return files_root / f"worker-{pid}"
-
-
 def install() -> Path:
-    own = per_worker_dir(chainlit.config.FILES_DIRECTORY, os.getpid())
+    own = chainlit.config.FILES_DIRECTORY / f"worker-{os.getpid()}"
     own.mkdir(parents=True, exist_ok=True)
     chainlit.config.FILES_DIRECTORY = own
     chainlit.server.FILES_DIRECTORY = own

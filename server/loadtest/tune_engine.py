@@ -29,7 +29,7 @@ from server.stack.engine_tier import copy_log_path
 from server.stack.processes import ManagedProcess, free_port, port_free
 from server.stack.readiness import probe_engine, wait_until
 from server.stack.topology import Topology, balancer_config, plan_topology
-from server.stack.vllm_log import START_MARKER, read_tail
+from server.stack.vllm_log import START_MARKER, read_tail, starting_status
 
 
 @dataclass
@@ -116,10 +116,10 @@ def start_vllm(start: PointStart) -> Iterator[RunningEngine]:
         for copy, engine in zip(topology.copies, engines):
             url = f"http://{copy.host}:{copy.port}"
             engine.start()
-            name = f"copy {copy.index + 1}/{len(engines)}, " if len(engines) > 1 else ""
+            name = f"copy {copy.index + 1}/{len(engines)}: " if len(engines) > 1 else ""
             entry = wait_until(lambda: probe_engine(url, key), lambda: not engine.alive(),
                                start.timeout_s - status.elapsed, status,
-                               lambda: f"starting vLLM, {name}log {engine.log_path.name}")
+                               lambda: f"{name}{starting_status(engine.log_path)}")
             if not entry:
                 reason = (failure_reason(engine.log_path) if not engine.alive() else
                           "not ready within the time limit (--point-timeout-s/--total-timeout-s)")

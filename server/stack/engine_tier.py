@@ -32,8 +32,8 @@ from server.stack.engine_args import EngineCopy, engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, probe_engine, wait_until
-from server.stack.vllm_log import (api_server_count, engines_ready, parse_kv_report,
-                                   phase_in_progress, read_tail, render_phases, startup_phases)
+from server.stack.vllm_log import (api_server_count, engines_ready, parse_kv_report, read_tail,
+                                   render_phases, starting_status, startup_phases)
 
 # A live engine that fails every /health probe this long is hung (e.g. SIGSTOP, a
 # deadlocked GPU): probing every 5 s with a 3 s timeout.
@@ -166,8 +166,7 @@ class EngineTier:
         status = StatusLine(engine.label)
         entry = wait_until(
             lambda: self.ready(engine), lambda: not engine.proc.alive(), s.startup_timeout_s, status,
-            lambda: f"starting vLLM: {phase_in_progress(read_tail(engine.log_path, 200_000))} "
-                    f"(log: {engine.log_path.name})",
+            lambda: starting_status(engine.log_path),
         )
         if not entry:
             reason = (f"exited with code {engine.proc.returncode}" if not engine.proc.alive()

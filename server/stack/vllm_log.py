@@ -213,6 +213,11 @@ def phase_in_progress(lines: Iterable[str]) -> str:
     return "answering its first health check"
 
 
+def starting_status(log: Path) -> str:
+    """The live status line of a vLLM that is starting, from its log."""
+    return f"starting vLLM: {phase_in_progress(read_tail(log, 200_000))} (log: {log.name})"
+
+
 def render_phases(phases: list[Phase], total_s: float) -> str:
     """One line per phase, and what the log does not cover (the wait until the engine
     answered /health and /v1/models), for a start that took ``total_s`` seconds."""
