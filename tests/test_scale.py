@@ -28,6 +28,7 @@ from server.stack.engine_tier import StartupFailed
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from tests import postgres
+from tests.conftest import metric_async
 from tests.stack_process import Up, descendants
 
 pytestmark = pytest.mark.engine
@@ -168,11 +169,20 @@ def test_a_dead_engine_copy_costs_only_its_own_chats(stack):
     mark = len(stack.lines)
 
     async def go():
-        sessions = await chats(stack.url, cookie, [f"Long story {i}." for i in range(4)])
-        asking = [asyncio.create_task(s.ask()) for s in sessions]
-        await asyncio.sleep(0)
-        while not all(s.record.ttft_s for s in sessions):   # every reply streams
-            await asyncio.sleep(0.2)
+        # HAProxy spreads streams by open connections, which a kept-alive idle one skews:
+        # open chats until both copies stream (seen once: all 4 of a first round on one).
+        sessions, asking = [], []
+        for _ in range(3):
+            more = await chats(stack.url, cookie, [f"Long story {len(sessions) + i}." for i in range(4)])
+            sessions += more
+            asking += [asyncio.create_task(s.ask()) for s in more]
+            await asyncio.sleep(0)
+            while not all(s.record.ttft_s for s in sessions):   # every reply streams
+                await asyncio.sleep(0.2)
+            running = [await metric_async(url, "vllm:num_requests_running") for url in copy_urls(stack)]
+            if all(running):
+                break
+        assert all(running), f"every stream is on one copy: {running}"
         victim = next(p for p in descendants(stack.proc.pid)
                       if f"--port {copy_urls(stack)[1].rsplit(':', 1)[1]}" in " ".join(titles([p])))
         os.killpg(victim, signal.SIGKILL)
