@@ -66,7 +66,7 @@ def figures(replies: list[ReplyRecord], span_s: float) -> dict:
 
 
 def summarize_users(users: list[UserRecord], replies: list[ReplyRecord], crossed: Optional[int],
-              wall_s: float, ramp_s: float, window_s: Optional[float]) -> dict:
+                    wall_s: float, ramp_s: float, window_s: Optional[float]) -> dict:
     """The whole run's accounting and verdict, and the steady state's figures."""
     replied = [r for r in replies if r.total_s is not None and not r.error]
     complete = [r for r in replied if r.complete]
