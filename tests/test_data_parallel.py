@@ -5,6 +5,7 @@ copies only (`up` with ERNIE_NODE_ROLE=engines: `vllm serve --headless`)."""
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from server.settings import SettingsError, load_settings
 from server.stack.engine_args import EngineCopy, engine_command
 from server.stack.processes import free_port
 from server.stack.topology import plan_topology
-from server.stack.vllm_log import START_MARKER, engines_ready
+from server.stack.vllm_log import START_MARKER, engines_ready, read_tail
 from tests.stack_process import Up
 
 MODEL, PYTHON = "baidu/ERNIE-4.5-0.3B-PT", "python"
@@ -96,8 +97,16 @@ def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly
                   ERNIE_DATA_PARALLEL_ADDRESS="127.0.0.1", ERNIE_DATA_PARALLEL_RPC_PORT=str(rpc),
                   ERNIE_KV_CACHE_GIB="0.25", ERNIE_MAX_MODEL_LEN="2048", ERNIE_WARMUP="false")
     head = Up(tmp_path / "head", **common)
-    node = Up(tmp_path / "node", ERNIE_NODE_ROLE="engines", ERNIE_DATA_PARALLEL_START_RANK="1", **common)
+    node = None
     try:
+        # The README's order: the head, then the other machines. Its own copy loads first, so
+        # two vLLMs do not load at once on two cores (a CI run once lost the head's
+        # data-parallel coordinator when they did).
+        deadline = time.monotonic() + 1200
+        while not engines_ready(read_tail(tmp_path / "head" / "llm.log")):
+            assert head.proc.poll() is None and time.monotonic() < deadline, head.output()
+            time.sleep(1)
+        node = Up(tmp_path / "node", ERNIE_NODE_ROLE="engines", ERNIE_DATA_PARALLEL_START_RANK="1", **common)
         node.wait_for(r"^Engines: 1 cop\(ies\) of this machine serve the head at 127\.0\.0\.1", timeout_s=1200)
         head.wait_for(r"^Chat: ", timeout_s=1200)
         url = f"http://127.0.0.1:{head.engine_port}"
@@ -112,7 +121,8 @@ def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly
         assert served == {"0", "1"}, metrics[:2000]
     finally:
         head.stop()
-        node.stop()
+        if node is not None:
+            node.stop()
     assert head.proc.returncode == 0 and node.proc.returncode == 0
 
 

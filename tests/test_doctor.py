@@ -195,3 +195,11 @@ def test_last_error_lines_end_at_the_last_python_error():
 
 def test_last_error_lines_without_an_error_are_the_end_of_the_log():
     assert last_error_lines(CLEAN_LOG, count=3) == CLEAN_LOG[-3:]
+
+
+def test_last_error_lines_lead_with_the_first_error_another_process_logged():
+    coordinator = "(VLLM_DP_Coordinator pid=9) ERROR 11-29 10:00:03 [coordinator.py:250] unexpected message"
+    old_start = ["ERROR 11-28 09:00:00 [core.py:1] a failure of an earlier start", START_MARKER]
+    shown = last_error_lines(old_start + TRACEBACK_LOG[:5] + [coordinator] + TRACEBACK_LOG[5:], count=4)
+    assert shown[:2] == [coordinator, "..."]
+    assert shown[-1].startswith("RuntimeError: Engine core initialization failed")

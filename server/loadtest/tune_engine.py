@@ -1,13 +1,13 @@
 """How tune starts the engine of one point: ``start_vllm``, the one function to swap.
 
-It starts vLLM with exactly the command ``up`` uses (engine_args.engine_command) in its
-own process group, logs to the point's log, waits until it answers /health and
-/v1/models, hands it over as a :class:`RunningEngine`, and stops the whole group on the
-way out, whatever happens: Ctrl-C, SIGTERM, a failed start, the time limits.  The
-settings that start more processes (API servers, engine copies per GPU) are laid out by
-the stack's own topology, so a point with two copies runs them behind HAProxy as `up`
-does.  Another starter plugs in through ``Sweep.start_engine`` with the same signature
-(:data:`StartEngine`).
+It starts vLLM exactly as ``up`` does (engine_tier.copy_process: the same command and,
+on a CPU, the same lower priority) in its own process group, logs to the point's log,
+waits until it answers /health and /v1/models, hands it over as a :class:`RunningEngine`,
+and stops the whole group on the way out, whatever happens: Ctrl-C, SIGTERM, a failed
+start, the time limits.  The settings that start more processes (API servers, engine
+copies per GPU) are laid out by the stack's own topology, so a point with two copies runs
+them behind HAProxy as `up` does.  Another starter plugs in through ``Sweep.start_engine``
+with the same signature (:data:`StartEngine`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from server.progress import StatusLine
 from server.settings import Settings
 from server.stack import doctor
 from server.stack.balancer import managed_haproxy, max_connections, open_files_limit
-from server.stack.engine_args import engine_command
-from server.stack.engine_tier import copy_log_path
+from server.stack.engine_tier import copy_process
 from server.stack.processes import ManagedProcess, free_port, port_free
 from server.stack.readiness import probe_engine, wait_until
 from server.stack.topology import Topology, balancer_config, plan_topology
-from server.stack.vllm_log import START_MARKER, read_tail, starting_status
+from server.stack.vllm_log import read_tail, starting_status
 
 
 @dataclass
@@ -92,15 +91,11 @@ def failure_reason(log: Path) -> str:
 
 def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess]]:
     """The point's engine copies and API servers exactly as `up` lays them out (topology),
-    each copy with the command `up` gives it; the first copy logs to the point's log."""
+    each copy run as `up` runs it; the first copy logs to the point's log."""
     settings = start.settings
     topology = plan_topology(settings, start.device, os.cpu_count() or 1, free_port)
-    procs = []
-    for copy in topology.copies:
-        command = engine_command(settings, start.model, start.device, start.python, copy)
-        procs.append(ManagedProcess("engine", command.argv, copy_log_path(start.log, copy),
-                                    env=command.env, cwd=ROOT, marker=START_MARKER))
-    return topology, procs
+    return topology, [copy_process(settings, start.model, start.device, start.python, copy,
+                                   start.log, ROOT) for copy in topology.copies]
 
 
 @contextlib.contextmanager

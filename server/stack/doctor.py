@@ -184,13 +184,29 @@ def diagnose(lines: Iterable[str], since_last_start: bool = False) -> list[Findi
     return sorted(found.values(), key=lambda f: f.line_no)
 
 
+# vLLM prefixes its lines with the process, e.g. "(EngineCore_DP0 pid=253) ".
+_PROCESS = r"^\s*(?:\(\w+ pid=\d+\)\s*)?"
+_PYTHON_ERROR = re.compile(_PROCESS + r"(\w+\.)*\w*(Error|Exception)\b")
+_LOGGED_ERROR = re.compile(_PROCESS + r"ERROR \d\d-\d\d ")
+
+
 def last_error_lines(lines: list[str], count: int = 8) -> list[str]:
-    """The tail worth showing when no rule matched: Python's last error, else the end."""
+    """The tail worth showing when no rule matched: Python's last error, else the end.
+
+    vLLM's last error often only says "See root cause above" while the cause is the first
+    ERROR another process logged (e.g. its data-parallel coordinator); that line leads.
+    """
+    starts = [i for i, line in enumerate(lines) if START_MARKER in line]
+    first = next((i for i in range(starts[-1] if starts else 0, len(lines))
+                  if _LOGGED_ERROR.match(lines[i])), None)
+    tail = lines[-count:]
     for index in range(len(lines) - 1, -1, -1):
-        # vLLM prefixes its lines with the process, e.g. "(EngineCore_DP0 pid=253) ".
-        if re.match(r"^\s*(?:\(\w+ pid=\d+\)\s*)?(\w+\.)*\w*(Error|Exception)\b", lines[index]):
-            return lines[max(0, index - count + 1): index + 1]
-    return lines[-count:]
+        if _PYTHON_ERROR.match(lines[index]):
+            tail = lines[max(0, index - count + 1): index + 1]
+            break
+    if first is not None and lines[first] not in tail:
+        return [lines[first], "..."] + tail
+    return tail
 
 
 def explain(lines: list[str], since_last_start: bool = True) -> Optional[str]:

@@ -14,6 +14,7 @@ explicitly, so they start together.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,15 @@ def copy_log_path(main_log: Path, copy: EngineCopy) -> Path:
         f"{main_log.stem}-copy{copy.index}{main_log.suffix}")
 
 
+def copy_process(settings: Settings, model: str, device: str, python: str, copy: EngineCopy,
+                 main_log: Path, root: Path) -> ManagedProcess:
+    """One engine copy's process as `up` runs it; `tune` measures its points with the same."""
+    command = engine_command(settings, model, device, python, copy)
+    return ManagedProcess("engine", command.argv, copy_log_path(main_log, copy),
+                          env=command.env, cwd=root, marker=doctor.START_MARKER,
+                          nice=CPU_ENGINE_NICE if device == "cpu" else 0)
+
+
 class EngineTier:
     """The copies of one ``up``, prepared once and (re)started one by one."""
 
@@ -125,13 +135,9 @@ class EngineTier:
         self.model_path, self.is_demo = choice.path, choice.is_demo
         self.plan = self.preflight()
         for copy in self.copies:
-            command = engine_command(s, choice.path, self.device, python, copy)
-            if copy.index == 0:
-                self.out(f"[engine] {self.device}: {command.printable()}")
-            proc = ManagedProcess("engine", command.argv, copy_log_path(self.log_path, copy),
-                                  env=command.env, cwd=self.root, marker=doctor.START_MARKER,
-                                  nice=CPU_ENGINE_NICE if self.device == "cpu" else 0)
+            proc = copy_process(s, choice.path, self.device, python, copy, self.log_path, self.root)
             self.engines.append(EngineProcess(copy, proc, s.api_key_value))
+        self.out(f"[engine] {self.device}: {shlex.join(self.engines[0].proc.argv)}")
 
     def preflight(self) -> Optional[kp.Plan]:
         """Refuse settings that cannot work; return one copy's KV plan to compare with vLLM's."""
