@@ -70,6 +70,11 @@ CASES = {
         "(EngineCore pid=7) RuntimeError: Unsupported CPU attention configuration",
         ["head_dim", "GPU"],
     ),
+    "dp_coordinator_stray_peer": (   # a CPU run of test_data_parallel, 2026-12-01
+        "(VLLM_DP_Coordinator pid=3446) ERROR 12-01 22:21:08 [coordinator.py:250] DP Coordinator "
+        "received unexpected message while waiting for engines to subscribe",
+        ["pgrep -af EngineCore", "ERNIE_DATA_PARALLEL_ADDRESS"],
+    ),
     "slow_prefill": (
         "(APIServer pid=1) INFO 11-29 10:05:00 [loggers.py:200] Engine 000: Avg prompt throughput: "
         "50.0 tokens/s, Avg generation throughput: 10.0 tokens/s, Running: 8 reqs, Waiting: 12 reqs, "

@@ -105,6 +105,18 @@ def _cpu_attention(m: re.Match):
             "serve this model on a GPU, or use a checkpoint with a supported head_dim.")
 
 
+def _stray_coordinator_peer(m: re.Match):
+    # Measured: an HTTP GET to a ZeroMQ XPUB port reaches vLLM's coordinator as subscription
+    # messages (ZeroMQ reads a peer without its greeting as an old-protocol one); an engine
+    # that subscribed and went away leaves an unsubscribe that it does not expect either.
+    return ("Something other than an engine reached vLLM's data-parallel coordinator",
+            "while it waited for the engine copies to subscribe, its ports got a message no "
+            "engine sends: e.g. an HTTP check or port scanner on one of the ports vLLM picked, "
+            "or an engine process of an earlier start that still reconnects.",
+            "stop what is left of earlier starts on every machine (`pgrep -af EngineCore`), keep "
+            "ERNIE_DATA_PARALLEL_ADDRESS on a network that nothing else probes, and start again.")
+
+
 def _slow_prefill(m: re.Match):
     prompt_tps, waiting = float(m.group(1)), int(m.group(3))
     return ("Prefill is slow and requests are queueing",
@@ -138,6 +150,9 @@ RULES: list[Rule] = [
                                    r"Address already in use", re.IGNORECASE), _port_in_use),
     Rule("cpu_attention_unsupported", re.compile(r"Unsupported CPU attention configuration"),
          _cpu_attention),
+    Rule("dp_coordinator_stray_peer",
+         re.compile(r"DP Coordinator received unexpected message while waiting for engines"),
+         _stray_coordinator_peer),
     Rule("slow_prefill",
          re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: "
                     r"([\d.]+) tokens/s, Running: \d+ reqs, Waiting: (\d+) reqs"), _slow_prefill),
