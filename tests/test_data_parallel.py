@@ -109,6 +109,7 @@ def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly
         node = Up(tmp_path / "node", ERNIE_NODE_ROLE="engines", ERNIE_DATA_PARALLEL_START_RANK="1", **common)
         node.wait_for(r"^Engines: 1 cop\(ies\) of this machine serve the head at 127\.0\.0\.1", timeout_s=1200)
         head.wait_for(r"^Chat: ", timeout_s=1200)
+        head.wait_for(r"^\[engine\] 1 API server process \(as asked", timeout_s=30)  # not one per copy
         url = f"http://127.0.0.1:{head.engine_port}"
         for _ in range(4):
             answer = httpx.post(f"{url}/v1/completions", timeout=120, json={

@@ -52,6 +52,12 @@ def test_one_api_server_is_vllms_default_and_more_are_asked_for(device):
     assert value_of(four, "--api-server-count") == "4"
 
 
+def test_one_api_server_is_asked_for_with_data_parallel_copies_where_vllm_would_start_one_each():
+    settings = load_settings(data_parallel_size=2)
+    argv = engine_command(settings, MODEL, "cpu", PYTHON, EngineCopy.only(settings, 1)).argv
+    assert value_of(argv, "--api-server-count") == "1"
+
+
 def test_a_copy_listens_where_its_slot_says_with_its_share_of_the_gpu():
     settings = load_settings(engine_host="0.0.0.0", engine_port=8000, gpu_memory_utilization=0.9)
     argv = engine_command(settings, MODEL, "cuda", PYTHON,

@@ -87,7 +87,8 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         "--dtype", settings.dtype,
     ]
     argv += data_parallel_flags(settings, copy)
-    if copy.api_servers > 1 and settings.node_role == "head":
+    # One is vLLM's default only without data parallelism; with it vLLM starts one per copy.
+    if settings.node_role == "head" and (copy.api_servers > 1 or settings.data_parallel_size > 1):
         argv += ["--api-server-count", str(copy.api_servers)]
     env: dict[str, str] = {}
     if device == "cuda":
