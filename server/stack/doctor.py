@@ -177,6 +177,11 @@ def _keep(rule: Rule, match: re.Match) -> bool:
     return True
 
 
+def last_start(lines: list[str]) -> int:
+    """Index of the last engine start's marker (0 without one): what came before is history."""
+    return max((i for i, line in enumerate(lines) if START_MARKER in line), default=0)
+
+
 def diagnose(lines: Iterable[str], since_last_start: bool = False) -> list[Finding]:
     """Findings in log order, each rule reported once (at its last occurrence).
 
@@ -184,10 +189,7 @@ def diagnose(lines: Iterable[str], since_last_start: bool = False) -> list[Findi
     so an old failure in an appended log does not explain a new one.
     """
     lines = list(lines)
-    offset = 0
-    if since_last_start:
-        starts = [i for i, line in enumerate(lines) if START_MARKER in line]
-        offset = starts[-1] if starts else 0
+    offset = last_start(lines) if since_last_start else 0
     lines = lines[offset:]
     found: dict[str, Finding] = {}
     for index, line in enumerate(lines):
@@ -211,8 +213,7 @@ def last_error_lines(lines: list[str], count: int = 8) -> list[str]:
     vLLM's last error often only says "See root cause above" while the cause is the first
     ERROR another process logged (e.g. its data-parallel coordinator); that line leads.
     """
-    starts = [i for i, line in enumerate(lines) if START_MARKER in line]
-    first = next((i for i in range(starts[-1] if starts else 0, len(lines))
+    first = next((i for i in range(last_start(lines), len(lines))
                   if _LOGGED_ERROR.match(lines[i])), None)
     tail = lines[-count:]
     for index in range(len(lines) - 1, -1, -1):
