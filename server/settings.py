@@ -144,6 +144,12 @@ class Settings(BaseSettings):
         "app's (streaming, its sampling settings, /tokenize), so the first users do not pay for "
         "run-time compilation.",
     )
+    engine_process_start: Literal["auto", "fork", "spawn"] = Field(
+        "auto",
+        description="How vLLM starts its engine core process (VLLM_WORKER_MULTIPROC_METHOD). fork "
+        "inherits the API server's imports instead of importing vLLM a second time; auto: fork on "
+        "a GPU, spawn on a CPU (the CPU build always spawns).",
+    )
 
     # --- several GPUs and machines: vLLM's data parallelism -----------------
     data_parallel_size: int = Field(

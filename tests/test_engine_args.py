@@ -147,7 +147,7 @@ def test_extra_args_are_shell_split_and_appended_last():
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_api_key_travels_in_env_only(device):
     cmd = command(device, api_key=SECRET)
-    assert cmd.env == {"VLLM_API_KEY": SECRET}
+    assert cmd.env["VLLM_API_KEY"] == SECRET
     assert not any(SECRET in arg for arg in cmd.argv)
     assert "--api-key" not in cmd.argv
     assert SECRET not in cmd.printable()
@@ -155,6 +155,16 @@ def test_api_key_travels_in_env_only(device):
 
 def test_no_api_key_no_env():
     assert "VLLM_API_KEY" not in command("cpu").env
+
+
+@pytest.mark.parametrize("device, setting, method", [
+    ("cuda", "auto", "fork"), ("cpu", "auto", "spawn"),
+    ("cuda", "spawn", "spawn"), ("cpu", "fork", "fork"),
+])
+def test_engine_core_process_start_method(device, setting, method):
+    # auto: a GPU forks the engine core so it inherits vLLM's imports; the CPU build spawns anyway.
+    cmd = command(device, engine_process_start=setting)
+    assert cmd.env["VLLM_WORKER_MULTIPROC_METHOD"] == method
 
 
 def test_printable_is_the_argv_as_one_shell_line():

@@ -136,7 +136,7 @@ def test_startup_phases_of_a_real_h200_start():
     lines = gzip.open(H200_LOG, "rt", encoding="utf-8").read().splitlines()
     assert as_table(startup_phases(lines)) == [
         ("API server process: Python imports, arguments", 22, None),
-        ("engine core process: spawn, imports, config", 22, None),
+        ("engine core process: start, imports, config", 22, None),
         ("worker processes: spawn, imports, device", 3, None),
         ("model load", 2, 2.170855),
         ("torch.compile (CPU: with its warm-up run)", 19, 18.65),
@@ -153,7 +153,7 @@ def test_startup_phases_of_a_real_cpu_start():
     graphs, and the CPU compiles inside its warm-up run."""
     assert as_table(startup_phases(read_tail(CPU_LOG))) == [
         ("API server process: Python imports, arguments", 19, None),
-        ("engine core process: spawn, imports, config", 22, None),
+        ("engine core process: start, imports, config", 22, None),
         ("worker processes: spawn, imports, device", 33, None),
         ("model load", 0, 0.01),
         ("torch.compile (CPU: with its warm-up run)", 93, None),
@@ -187,7 +187,7 @@ GPU_START = """\
 def test_startup_phases_take_the_last_start_and_cross_new_year():
     assert as_table(startup_phases(GPU_START.splitlines())) == [
         ("API server process: Python imports, arguments", 20, None),
-        ("engine core process: spawn, imports, config", 20, None),
+        ("engine core process: start, imports, config", 20, None),
         ("worker processes: spawn, imports, device", 2, None),
         ("model load", 8, 7.512345),
         ("torch.compile (CPU: with its warm-up run)", 20, 19.87),
@@ -201,7 +201,7 @@ def test_startup_phases_take_the_last_start_and_cross_new_year():
 def test_without_a_start_marker_the_first_line_is_the_start():
     lines = GPU_START.splitlines()[3:]
     phases = startup_phases(lines)
-    assert phases[0] == Phase("engine core process: spawn, imports, config", 20)
+    assert phases[0] == Phase("engine core process: start, imports, config", 20)
     assert startup_phases(["INFO Application startup complete."]) == []
 
 

@@ -50,7 +50,8 @@ up_stop() { kill -TERM $up_pid 2>/dev/null; wait $up_pid 2>/dev/null; }
 app_vs_direct() {  # app_vs_direct NAME N: N chats at once through the app, then N straight to vLLM
     local name=$1 n=$2
     echo "--- $n chats through the app (qa-load)"
-    cli qa-load --sessions "$n" --timeout-s 240 --json > "/tmp/res/$name/qa-$n.json"
+    local TIMEFORMAT="load client (qa-load): %U s user + %S s system over %R s"
+    time cli qa-load --sessions "$n" --timeout-s 240 --json > "/tmp/res/$name/qa-$n.json"
     .venv/bin/python - "/tmp/res/$name/qa-$n.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["summary"]
@@ -72,7 +73,9 @@ if [ "$phase" = queue ]; then
     for p in "$@"; do
         [ -e "/tmp/res/done-$p" ] && continue
         echo "=== $p (${SECONDS} s into the call, $(left) s left)"
-        CALL_DEADLINE_S=$(left) bash "$0" "$p"; echo "exit $?" > "/tmp/res/done-$p"
+        CALL_DEADLINE_S=$(left) bash "$0" "$p"; rc=$?
+        # 3: a tune that its time limit stopped (tune.json keeps the points done): the next call resumes
+        [ $rc -eq 3 ] || echo "exit $rc" > "/tmp/res/done-$p"
         rm -f "$out"/results.tgz.part-*
         tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
         (( $(left) > 60 )) || break
@@ -113,5 +116,43 @@ case $phase in
         --out /tmp/res/copies2/one-stream > /tmp/res/copies2/one-stream.txt 2>&1
     grep -A3 "^ *conc" /tmp/res/copies2/one-stream.txt | head -n 4
     up_stop ;;
+  start)   # issue "Fast start": the first start on a fresh machine and later ones, the engine
+           # core forked (ERNIE_ENGINE_PROCESS_START auto); where vLLM's import time goes
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    for run in "start-cold" "start-warm" "start-warm-1api ERNIE_API_SERVERS=1" \
+               "start-warm-spawn ERNIE_ENGINE_PROCESS_START=spawn"; do
+        set -- $run; (( $(left) > 150 )) || break
+        start=$SECONDS; up_start "$@" || exit 1; echo "$1: chat URL after $((SECONDS - start)) s"
+        up_stop
+    done
+    .venv-engine/bin/python -X importtime -c "import vllm.entrypoints.cli.serve" 2> /tmp/res/importtime.txt
+    sort -t'|' -k2 -n -r /tmp/res/importtime.txt | head -n 25 ;;
+  crowd8)  # 8 app workers, vLLM sending 8 tokens per piece (0.26 has no per-request stream_interval)
+    up_start crowd8 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    app_vs_direct crowd8 256
+    app_vs_direct crowd8 1000
+    echo "--- the app's CPU per 1,000 streamed tokens (a Chainlit process of its own on this engine)"
+    cli bench --app-cost --url http://127.0.0.1:8000 --concurrency 64,256 --output-len 512 \
+        --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false --profile \
+        --out /tmp/res/crowd8/app-cost 2>&1 | tail -n 12
+    echo "--- capacity through the app"
+    cli capacity --through app --start-users 500 --max-users 1000 --step-s 20 --ramp-s 5 \
+        --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/crowd8/capacity-app 2>&1 | tail -n 8
+    up_stop ;;
+  tune-chat|tune-stream)  # issue "Fast start": tune unattended, 3 runs a point, against vLLM's defaults
+    out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
+    if [ "$phase" = tune-chat ]; then  # the issue's chat load: 256 users, 1,024 in / 256 out
+        sweep=(--baseline --point "4 API servers: api_servers=4"
+               --point "2 copies x 4 API servers: engine_copies=2 api_servers=4"
+               --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
+               --slo-ttft-ms 1000 --slo-tpot-ms 25 --write-env --env-file "$out/tune.env")
+    else                               # one stream: vLLM 0.26's options for it
+        sweep=(--vary performance_mode=balanced,interactivity --vary cudagraph_mode=auto,FULL_DECODE_ONLY
+               --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
+    fi
+    mkdir -p "$out"
+    cli tune "${sweep[@]}" --repeats 3 --need-max-model-len 2048 --engine-args="--load-format dummy" --out "$out" "${resume[@]}" \
+        --total-timeout-s $(( $(left) - 20 )) 2>&1 | grep -v '^\[engine' | tail -n 30
+    exit "${PIPESTATUS[0]}" ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

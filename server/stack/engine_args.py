@@ -73,6 +73,16 @@ def data_parallel_flags(settings: Settings, copy: EngineCopy) -> list[str]:
     return flags
 
 
+def start_method(settings: Settings, device: str) -> str:
+    """fork on a GPU: ``vllm serve`` asks for spawn, so its engine core process imports vLLM
+    again (28 s of a 63-s start on the H200, docs/notes.md "Start-up phases"); a forked one
+    inherits the API server's imports. vLLM still spawns when CUDA is already initialized in
+    the parent, and the CPU build always does."""
+    if settings.engine_process_start != "auto":
+        return settings.engine_process_start
+    return "fork" if device == "cuda" else "spawn"
+
+
 def engine_command(settings: Settings, model: str, device: str, python: Path | str,
                    copy: Optional[EngineCopy] = None) -> EngineCommand:
     """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu')."""
@@ -90,7 +100,7 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
     # One is vLLM's default only without data parallelism; with it vLLM starts one per copy.
     if settings.node_role == "head" and (copy.api_servers > 1 or settings.data_parallel_size > 1):
         argv += ["--api-server-count", str(copy.api_servers)]
-    env: dict[str, str] = {}
+    env = {"VLLM_WORKER_MULTIPROC_METHOD": start_method(settings, device)}
     if device == "cuda":
         argv += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
         if settings.kv_cache_gib is not None:

@@ -130,7 +130,7 @@ class _Milestone:
 _MILESTONES = (
     # vLLM's first line: the API server process has imported vLLM and read its arguments.
     _Milestone("API server process: Python imports, arguments", re.compile(""), first=True),
-    _Milestone("engine core process: spawn, imports, config",
+    _Milestone("engine core process: start, imports, config",
                re.compile(r"Initializing a V1 LLM engine")),
     _Milestone("worker processes: spawn, imports, device",
                re.compile(r"Starting to load model|Loading model from scratch")),
