@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     app_workers: Optional[int] = Field(
         None, ge=1, le=64,
         description="Chainlit worker processes behind one balancer (HAProxy). Unset: chosen from "
-        "the machine (1 on a CPU machine; on a GPU machine a quarter of the cores, at most 8). "
+        "the machine (1 on a CPU machine; on a GPU machine half the cores, at most 8). "
         "One worker streams about 10k tokens/s.",
     )
     warmup: bool = Field(

@@ -33,8 +33,9 @@ def test_a_cpu_machine_runs_one_of_each_whatever_its_cores():
     assert auto_api_servers("cpu", 64) == auto_app_workers("cpu", 64) == 1
 
 
-def test_a_gpu_machine_gets_a_quarter_of_its_cores_within_limits():
-    assert auto_api_servers("cuda", 16) == 4 and auto_app_workers("cuda", 16) == 4
+def test_a_gpu_machine_gets_a_quarter_of_its_cores_in_api_servers_and_half_in_workers():
+    assert auto_api_servers("cuda", 16) == 4 and auto_app_workers("cuda", 16) == 8
+    assert auto_app_workers("cuda", 8) == 4
     assert auto_api_servers("cuda", 128) == 4          # more API servers did not pay (docs/notes.md)
     assert auto_app_workers("cuda", 128) == 8
     assert auto_api_servers("cuda", 2) == auto_app_workers("cuda", 2) == 1

@@ -178,6 +178,16 @@ def test_plot_has_a_panel_per_figure(tmp_path):
     assert width > 2.5 * height  # four panels side by side
 
 
+def test_plot_labels_a_named_point_by_its_name_and_others_by_what_differs():
+    # The H200 sweep's labels ran to 100 characters and squeezed the panels to slivers.
+    named = Outcome(Point.of("2 copies x 4 API servers", max_model_len=2048, gpu_memory_utilization=0.9,
+                             engine_copies=2, api_servers=4),
+                    status="measured", served_max_model_len=2048, runs=[summary(1.0)])
+    plain = measured(2048, 1.0, max_num_seqs=128)
+    rows = tune_choice.plot_rows([named, plain], named, 2048)
+    assert [r["label"] for r in rows] == ["2 copies x 4 API servers", "seqs 128"]
+
+
 # --- the sweep -----------------------------------------------------------------------------
 
 def test_sweep_is_the_cartesian_product_in_order():

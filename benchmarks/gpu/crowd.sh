@@ -131,13 +131,17 @@ case $phase in
     up_start crowd8 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     app_vs_direct crowd8 256
     app_vs_direct crowd8 1000
+    up_stop ;;
+  crowd8-cap)  # the same stack: the app's CPU per token, and capacity, each bounded by the call's time
+    up_start crowd8-cap ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     echo "--- the app's CPU per 1,000 streamed tokens (a Chainlit process of its own on this engine)"
-    cli bench --app-cost --url http://127.0.0.1:8000 --concurrency 64,256 --output-len 512 \
-        --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false --profile \
-        --out /tmp/res/crowd8/app-cost 2>&1 | tail -n 12
+    timeout $(( $(left) / 3 )) .venv/bin/python -m server.cli bench --app-cost --url http://127.0.0.1:8000 \
+        --concurrency 256 --output-len 512 --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false \
+        --profile --out /tmp/res/crowd8-cap/app-cost 2>&1 | tail -n 12
     echo "--- capacity through the app"
-    cli capacity --through app --start-users 500 --max-users 1000 --step-s 20 --ramp-s 5 \
-        --think-s 3 --output-len 256 --precision 0.25 --out /tmp/res/crowd8/capacity-app 2>&1 | tail -n 8
+    timeout $(( $(left) - 200 )) .venv/bin/python -m server.cli capacity --through app --start-users 625 \
+        --max-users 1000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
+        --out /tmp/res/crowd8-cap/capacity-app 2>&1 | tail -n 8
     up_stop ;;
   tune-chat|tune-stream)  # issue "Fast start": tune unattended, 3 runs a point, against vLLM's defaults
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
@@ -147,8 +151,7 @@ case $phase in
                --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
                --slo-ttft-ms 1000 --slo-tpot-ms 25 --write-env --env-file "$out/tune.env")
     else                               # one stream: vLLM 0.26's options for it
-        sweep=(--vary performance_mode=balanced,interactivity --vary cudagraph_mode=auto,FULL_DECODE_ONLY
-               --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
+        sweep=(--vary performance_mode=balanced,interactivity --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
     fi
     mkdir -p "$out"
     cli tune "${sweep[@]}" --repeats 3 --need-max-model-len 2048 --engine-args="--load-format dummy" --out "$out" "${resume[@]}" \

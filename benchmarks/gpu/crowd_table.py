@@ -37,7 +37,8 @@ def direct_row(run: str, name: str) -> tuple:
 def rows() -> list[tuple]:
     out = [(label, n, app, direct, a50, a99, d50, d99, "-") for label, n, app, direct, a50, a99, d50, d99 in BEFORE]
     for run, label in (("warm", "after: 4 workers, 4 API servers, 1 copy"),
-                       ("copies2", "after: 4 workers, 4 API servers per copy, 2 copies")):
+                       ("copies2", "after: 4 workers, 4 API servers per copy, 2 copies"),
+                       ("crowd8", "12-02: 8 workers, 4 API servers, 1 copy, 8 tokens/piece")):
         for chats in (256, 1000):
             if not (HERE / run / f"qa-{chats}.json").exists():
                 continue
@@ -52,15 +53,16 @@ def capacity(run: str) -> int:
 
 
 def render() -> str:
-    lines = [f"{'setting':<52}{'chats':>6}{'app tok/s':>10}{'direct':>8}{'ratio':>6}"
+    lines = [f"{'setting':<58}{'chats':>6}{'app tok/s':>10}{'direct':>8}{'ratio':>6}"
              f"{'app TTFT p50/p99':>18}{'direct TTFT p50/p99':>21}  losses"]
     for label, n, app, direct, a50, a99, d50, d99, losses in rows():
-        lines.append(f"{label:<52}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
+        lines.append(f"{label:<58}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
                      f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}  {losses}")
     sustained, _, _ = direct_row("copies2", "direct-sustained")
     lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
               f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
-              f"{capacity('warm')} users with 1 copy, {capacity('copies2')} with 2"]
+              f"{capacity('warm')} users with 1 copy, {capacity('copies2')} with 2 (4 workers); "
+              f"{capacity('crowd8-cap')} with 1 copy, 8 workers, 8 tokens/piece (the most it tried)"]
     return "\n".join(lines)
 
 
@@ -70,10 +72,11 @@ def plot(path: Path) -> None:
     import matplotlib.pyplot as plt
     data = rows()
     short = {"before": "before\n1 worker, 1 API server", "1 copy": "after, 1 copy\n4 workers, 4 API servers",
-             "2 copies": "after, 2 copies\n4 workers, 4 API servers"}
-    labels = [next(v for k, v in short.items() if label.startswith(k) or label.endswith(k)) + f"\n{n} chats"
+             "2 copies": "after, 2 copies\n4 workers, 4 API servers",
+             "tokens/piece": "12-02, 1 copy, 8 workers\n8 tokens/piece"}
+    labels = [next(v for k, v in reversed(short.items()) if k in label) + f"\n{n} chats"
               for label, n, *_ in data]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(18, 5.5))
     x = range(len(data))
     left.bar([i - 0.2 for i in x], [r[2] for r in data], 0.4, label="through the app")
     left.bar([i + 0.2 for i in x], [r[3] for r in data], 0.4, label="straight to vLLM")

@@ -7,6 +7,7 @@ later with ``ernie-chat bench --plot-only RESULT.json``.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -77,10 +78,10 @@ def plot_tune(points: list[dict], need: int, path: Path, shared: str = "") -> Pa
     colors = {"chosen": "tab:green", "eligible": "tab:blue", "too short": "tab:gray",
               "failed": "tab:red", "not run": "lightgray"}
     figures = [f for f in FIGURES if any(p["runs"][f.key] for p in points)] or list(FIGURES[:1])
-    panel_width = max(3.0, 0.4 * len(points) + 1.2)
+    panel_width = max(3.0, 1.2 * len(points) + 0.8)
     fig, axes = plt.subplots(1, len(figures), squeeze=False,
                              figsize=(panel_width * len(figures) + 1.5, 5))
-    labels = [p["label"] for p in points]
+    labels = ["\n".join(textwrap.wrap(p["label"], 18)) for p in points]
     for ax, figure in zip(axes[0], figures):
         for i, point in enumerate(points):
             runs = point["runs"][figure.key]
@@ -92,7 +93,7 @@ def plot_tune(points: list[dict], need: int, path: Path, shared: str = "") -> Pa
             ax.bar(i, s.mean, color=colors[point["role"]], alpha=0.75,
                    yerr=s.sd if s.n > 1 else None, capsize=4)
             ax.plot([i] * len(runs), runs, "o", color="black", markersize=3)
-        ax.set_xticks(range(len(points)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(range(len(points)), labels, fontsize=7)
         ax.set_title(f"{figure.title} ({figure.unit})", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     roles = [r for r in colors if any(p["role"] == r for p in points)]

@@ -247,7 +247,10 @@ def plot_rows(outcomes: list[Outcome], chosen: Optional[Outcome], need: int) -> 
         return "eligible" if (o.served_max_model_len or 0) >= need else "too short"
     shared = shared_values(outcomes)
     def short(point: Point) -> str:
-        """The label without what every point has (the plot's title says that)."""
+        """A named point's name (the table has its settings); else the label without what
+        every point has (the plot's title says that)."""
+        if point.name:
+            return point.name
         return Point(tuple(v for v in point.values if v not in shared), point.name).label() or "as set"
     return [{"label": short(o.point), "role": role(o),
              "runs": {f.key: [v for v in map(f.read, o.runs) if v is not None] for f in FIGURES}}

@@ -13,8 +13,10 @@ chosen from the machine:
   about a quarter of the time for this model.  vLLM's own data parallelism cannot
   put two copies on one GPU (it refuses duplicate devices), so copies on one GPU
   are separate servers behind the balancer.  Default 1.
-* App workers: Chainlit processes.  One streams about 10k tokens/s at one core,
-  so a GPU machine gets a quarter of its cores, at most 8; a CPU machine 1.
+* App workers: Chainlit processes.  One streams about 10k tokens/s at one core;
+  on the H200 (16 cores) 8 workers carried 1,000 chat users within the objective
+  where 4 carried 500 (docs/gpu-crowd.md), so a GPU machine gets half its cores, at
+  most 8; a CPU machine 1.
 
 With one copy (or one worker) nothing changes from the plain stack: it listens
 where the settings say.  With several, each listens on a loopback port of its
@@ -40,7 +42,7 @@ def auto_api_servers(device: str, cores: int) -> int:
 
 
 def auto_app_workers(device: str, cores: int) -> int:
-    return 1 if device == "cpu" else max(1, min(MAX_AUTO_APP_WORKERS, cores // 4))
+    return 1 if device == "cpu" else max(1, min(MAX_AUTO_APP_WORKERS, cores // 2))
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,10 @@ class _Milestone:
 _MILESTONES = (
     # vLLM's first line: the API server process has imported vLLM and read its arguments.
     _Milestone("API server process: Python imports, arguments", re.compile(""), first=True),
+    # With several API servers (0.26 on a GPU) vLLM spawns them after its own imports, and
+    # the engine core waits for them before it initializes: their imports come next.
+    _Milestone("API server processes: spawn, imports (the engine core waits for them)",
+               re.compile(r"\(ApiServer_\d+ pid=\d+\) .*Resolved architecture")),
     _Milestone("engine core process: start, imports, config",
                re.compile(r"Initializing a V1 LLM engine")),
     _Milestone("worker processes: spawn, imports, device",
