@@ -16,6 +16,9 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
+#          2026-12-02 (docs/gpu-crowd.md): `queue start crowd8 tune-chat tune-stream crowd8-cap`, each
+#          call given `export PATH=$PWD/.venv/bin:$PATH` (py-spy, the CLI); the setup calls took 5-10 s
+#          each, the whole session 1,674 s of the 1,800 the device lends.
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (--load-format dummy): speed
 # and memory are the real model's; the text is not, so replies never end (ignore_eos keeps every
 # reply at 256 tokens, as in the table).
@@ -137,7 +140,7 @@ case $phase in
     echo "--- the app's CPU per 1,000 streamed tokens (a Chainlit process of its own on this engine)"
     timeout $(( $(left) / 3 )) .venv/bin/python -m server.cli bench --app-cost --url http://127.0.0.1:8000 \
         --concurrency 256 --output-len 512 --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false \
-        --profile --out /tmp/res/crowd8-cap/app-cost 2>&1 | tail -n 12
+        $([ -x .venv/bin/py-spy ] && echo --profile) --out /tmp/res/crowd8-cap/app-cost 2>&1 | tail -n 12
     echo "--- capacity through the app"
     timeout $(( $(left) - 200 )) .venv/bin/python -m server.cli capacity --through app --start-users 625 \
         --max-users 1000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
