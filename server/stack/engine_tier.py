@@ -14,7 +14,6 @@ explicitly, so they start together.
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +136,9 @@ class EngineTier:
         for copy in self.copies:
             proc = copy_process(s, choice.path, self.device, python, copy, self.log_path, self.root)
             self.engines.append(EngineProcess(copy, proc, s.api_key_value))
-        self.out(f"[engine] {self.device}: {shlex.join(self.engines[0].proc.argv)}")
+        # printable(): the one rendering of a command that is safe to log (the key is in env).
+        first = engine_command(s, choice.path, self.device, python, self.copies[0])
+        self.out(f"[engine] {self.device}: {first.printable()}")
 
     def preflight(self) -> Optional[kp.Plan]:
         """Refuse settings that cannot work; return one copy's KV plan to compare with vLLM's."""
