@@ -43,10 +43,13 @@ def short_app(engine, tmp_path_factory):
 
 
 def finished_replies(page, n: int, timeout_s: float = 120) -> list[str]:
-    """Wait until ``n`` replies carry their figures line; return the texts of all of them."""
+    """Wait until ``n`` replies carry their figures line and the chat's task has ended (the
+    Stop button gone: until then the input ignores Enter, and a message sent at once is
+    lost, as a rehearsal on a loaded machine found); return the texts of all of them."""
     page.wait_for_function(
         f"n => [...document.querySelectorAll('{ASSISTANT}')]"
         ".filter(e => /reply tokens/.test(e.innerText)).length >= n", arg=n, timeout=timeout_s * 1000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
     return [t for t in page.locator(ASSISTANT).all_inner_texts() if "reply tokens" in t]
 
 

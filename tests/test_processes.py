@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from server.stack.doctor import START_MARKER
-from server.stack.processes import ManagedProcess, free_port, port_free, port_problem, who_listens
+from server.stack.processes import (ManagedProcess, ephemeral_floor, free_port, port_free, port_problem,
+                                    who_listens)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,6 +77,14 @@ def test_unused_port_is_free():
     port = free_port()
     assert port_free("127.0.0.1", port) is True
     assert port_problem("127.0.0.1", port, "ERNIE_ENGINE_PORT") is None
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range():
+    # A planned port from the ephemeral range can be given to another socket before its
+    # process binds it; the kernel never gives out ports below that range on its own.
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(1024 <= p < ephemeral_floor() for p in ports)
 
 
 def test_who_listens_names_this_process(listening_port):

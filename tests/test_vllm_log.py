@@ -243,3 +243,16 @@ def test_the_phase_in_progress_is_the_one_after_the_last_milestone():
     # A restart: only the lines after the last start marker count.
     assert phase_in_progress(lines + ["=== ernie-chat: starting engine at 2026-12-01 18:30:08"]) \
         == "API server process: Python imports, arguments"
+
+
+def test_the_phase_in_progress_names_the_api_servers_only_where_vllm_started_several():
+    """One API server (the CPU log) goes from its imports to the engine core; four (the
+    H200's) wait for the API server processes first."""
+    cpu = read_tail(CPU_LOG)
+    first_line = next(i for i, line in enumerate(cpu) if "non-default args" in line)
+    assert phase_in_progress(cpu[:first_line + 1]) == "engine core process: start, imports, config"
+    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
+    h200 = gzip.open(log, "rt", encoding="utf-8").read().splitlines()
+    started = next(i for i, line in enumerate(h200) if "Started 4 API server processes" in line)
+    assert phase_in_progress(h200[:started + 1]) == \
+        "API server processes: spawn, imports (the engine core waits for them)"

