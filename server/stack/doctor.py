@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from server.stack.vllm_log import START_MARKER
+from server.stack.vllm_log import START_MARKER, last_start
 
 
 @dataclass(frozen=True)
@@ -175,11 +175,6 @@ def _keep(rule: Rule, match: re.Match) -> bool:
         prompt_tps, waiting = float(match.group(1)), int(match.group(3))
         return 0 < prompt_tps < SLOW_PREFILL_TOKENS_PER_S and waiting >= SLOW_PREFILL_MIN_WAITING
     return True
-
-
-def last_start(lines: list[str]) -> int:
-    """Index of the last engine start's marker (0 without one): what came before is history."""
-    return max((i for i, line in enumerate(lines) if START_MARKER in line), default=0)
 
 
 def diagnose(lines: Iterable[str], since_last_start: bool = False) -> list[Finding]:

@@ -158,18 +158,19 @@ _VLLM_TIME = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\
 _MARKER_TIME = re.compile(r"at (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 
 
+def last_start(lines: list[str]) -> int:
+    """Index of the last engine start's marker (0 without one): what came before is history."""
+    return max((i for i, line in enumerate(lines) if START_MARKER in line), default=0)
+
+
 def _since_last_start(lines: Iterable[str]) -> tuple[list[str], Optional[datetime]]:
     """The lines of the last start in a log, and the time the supervisor started it."""
-    current: list[str] = []
-    started = None
-    for line in lines:
-        if START_MARKER in line:
-            current = []
-            match = _MARKER_TIME.search(line)
-            started = datetime(*map(int, match.groups())) if match else None
-        else:
-            current.append(line)
-    return current, started
+    lines = list(lines)
+    start = last_start(lines)
+    if not lines or START_MARKER not in lines[start]:
+        return lines, None
+    match = _MARKER_TIME.search(lines[start])
+    return lines[start + 1:], datetime(*map(int, match.groups())) if match else None
 
 
 def _line_time(line: str, year: int) -> Optional[datetime]:
