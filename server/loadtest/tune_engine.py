@@ -24,6 +24,7 @@ from server.progress import StatusLine
 from server.settings import Settings
 from server.stack import doctor
 from server.stack.balancer import managed_haproxy, max_connections, open_files_limit
+from server.stack.engine_args import engine_command
 from server.stack.engine_tier import copy_process
 from server.stack.processes import ManagedProcess, free_port, port_free
 from server.stack.readiness import probe_engine, wait_until
@@ -94,8 +95,10 @@ def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess]]:
     each copy run as `up` runs it; the first copy logs to the point's log."""
     settings = start.settings
     topology = plan_topology(settings, start.device, os.cpu_count() or 1, free_port)
-    return topology, [copy_process(settings, start.model, start.device, start.python, copy,
-                                   start.log, ROOT) for copy in topology.copies]
+    commands = [engine_command(settings, start.model, start.device, start.python, copy)
+                for copy in topology.copies]
+    return topology, [copy_process(command, start.device, copy, start.log, ROOT)
+                      for copy, command in zip(topology.copies, commands)]
 
 
 @contextlib.contextmanager

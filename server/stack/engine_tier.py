@@ -28,7 +28,7 @@ from server.plan.model_config import load_shape
 from server.progress import StatusLine
 from server.settings import Settings
 from server.stack import doctor, provision
-from server.stack.engine_args import EngineCopy, engine_command
+from server.stack.engine_args import EngineCommand, EngineCopy, engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, probe_engine, wait_until
@@ -101,10 +101,9 @@ def copy_log_path(main_log: Path, copy: EngineCopy) -> Path:
         f"{main_log.stem}-copy{copy.index}{main_log.suffix}")
 
 
-def copy_process(settings: Settings, model: str, device: str, python: str, copy: EngineCopy,
-                 main_log: Path, root: Path) -> ManagedProcess:
+def copy_process(command: EngineCommand, device: str, copy: EngineCopy, main_log: Path,
+                 root: Path) -> ManagedProcess:
     """One engine copy's process as `up` runs it; `tune` measures its points with the same."""
-    command = engine_command(settings, model, device, python, copy)
     return ManagedProcess("engine", command.argv, copy_log_path(main_log, copy),
                           env=command.env, cwd=root, marker=doctor.START_MARKER,
                           nice=CPU_ENGINE_NICE if device == "cpu" else 0)
@@ -133,12 +132,12 @@ class EngineTier:
             provision.ensure_demo_model(Path(choice.path), python, self.root)
         self.model_path, self.is_demo = choice.path, choice.is_demo
         self.plan = self.preflight()
-        for copy in self.copies:
-            proc = copy_process(s, choice.path, self.device, python, copy, self.log_path, self.root)
+        commands = [engine_command(s, choice.path, self.device, python, copy) for copy in self.copies]
+        for copy, command in zip(self.copies, commands):
+            proc = copy_process(command, self.device, copy, self.log_path, self.root)
             self.engines.append(EngineProcess(copy, proc, s.api_key_value))
         # printable(): the one rendering of a command that is safe to log (the key is in env).
-        first = engine_command(s, choice.path, self.device, python, self.copies[0])
-        self.out(f"[engine] {self.device}: {first.printable()}")
+        self.out(f"[engine] {self.device}: {commands[0].printable()}")
 
     def preflight(self) -> Optional[kp.Plan]:
         """Refuse settings that cannot work; return one copy's KV plan to compare with vLLM's."""
