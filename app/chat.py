@@ -50,6 +50,7 @@ for _client_log in ("httpx", "httpx2"):
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None, keepalive_expiry=ec.KEEPALIVE_S))
 live_view.install(SETTINGS.engine_base_url)
+SERVER = server_info.SharedProbe()  # what the engine is, asked once for the chats opening now
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
@@ -79,12 +80,12 @@ async def notice_after(delay_s: float, content: str, kind: str) -> None:
 
 
 async def engine_model() -> tuple[str, int]:
-    """(served name, context window), asked once per chat and again after a failure."""
+    """(served name, context window): the process's recent answer, asked again after a failure."""
     cached = cl.user_session.get("engine_model")
     # A resumed chat gets its session back from JSON: the tuple, but no ServerInfo (docs/notes.md).
     if cached and isinstance(cl.user_session.get("server"), server_info.ServerInfo):
         return cached
-    server = await server_info.probe(CLIENT, HTTP, SETTINGS)
+    server = await SERVER.get(lambda: server_info.probe(CLIENT, HTTP, SETTINGS))
     cl.user_session.set("server", server)  # what it is, and how it counts tokens
     cl.user_session.set("engine_model", (server.model, server.window))
     cl.user_session.set("is_demo", is_demo_model(server.root))
@@ -106,6 +107,7 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     elif kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
+    SERVER.forget()
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     await show_error(text(lang(), kind, url=SETTINGS.engine_base_url,
                           seconds=SETTINGS.request_timeout_s, model=SETTINGS.served_model_name,

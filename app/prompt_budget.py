@@ -12,10 +12,18 @@ new message.  So each chat keeps the length of its last prompt (exact: vLLM's ow
 A token stands for at least one byte of the text, except the tokens a chat template
 adds around each message, which ``per_message`` bounds: measured once per model with
 ``/tokenize``, once per model and process (docs/notes.md, "Counting a prompt without
-the tokenizer").  While that
-bound and the reply fit in the window, the request goes as it is; near the limit, or
-when the history changed otherwise (a new system prompt, an edit), the exact fit runs
-as before.  Either way no request exceeds the window.
+the tokenizer").  A chat's first prompt has no last one to grow from; it is bounded
+from the same measurement, the template's tokens for one short message standing for
+what the template adds once:
+
+    first <= one + sum over the messages of (UTF-8 bytes of the text + per_message)
+
+While the bound and the reply fit in the window, the request goes as it is; near the
+limit, or when the history changed otherwise (a new system prompt, an edit), the
+exact fit runs as before.  Either way no request exceeds the window.  So a chat far
+from its window asks ``/tokenize`` nothing at all: in a crowd, counting each chat's
+first message had been a round trip to vLLM's busy API server before every first
+token (docs/notes.md, "The app's cost per chat").
 """
 
 from __future__ import annotations
@@ -30,8 +38,18 @@ from app.history import Conversation, Counter, FittedRequest, fit
 # edge, a tokenizer's dummy prefix space).
 SLACK_PER_MESSAGE = 4
 PROBE = "x"
-# Per served model: the template's tokens per message (template_overhead), for every chat.
-OVERHEADS: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class Template:
+    """What a model's chat template adds, at most: per message, and around one message."""
+
+    per_message: int
+    one: int  # the whole prompt of one one-byte message
+
+
+# Per served model, for every chat of the process (template_overhead).
+OVERHEADS: dict[str, Template] = {}
 
 
 @dataclass
@@ -57,18 +75,23 @@ def grown_bound(known: Optional[Known], messages: list[dict], per_message: int) 
     return known.tokens + text_bound(messages[len(known.messages):], per_message)
 
 
-async def template_overhead(count: Counter) -> int:
-    """Tokens the chat template adds per message, at most (two /tokenize calls)."""
+def first_bound(messages: list[dict], template: Template) -> int:
+    """An upper bound of a whole prompt's tokens, with nothing known before it."""
+    return template.one + text_bound(messages, template.per_message)
+
+
+async def template_overhead(count: Counter) -> Template:
+    """What the chat template adds, at most (two /tokenize calls)."""
     one = await count([{"role": "user", "content": PROBE}])
     three = await count([{"role": "user", "content": PROBE}, {"role": "assistant", "content": PROBE},
                          {"role": "user", "content": PROBE}])
-    return max(0, math.ceil((three - one) / 2)) + SLACK_PER_MESSAGE
+    return Template(max(0, math.ceil((three - one) / 2)) + SLACK_PER_MESSAGE, one)
 
 
 class PromptBudget:
     """One chat's last known prompt length, and the fit that uses it."""
 
-    def __init__(self, overheads: Optional[dict[str, int]] = None) -> None:
+    def __init__(self, overheads: Optional[dict[str, Template]] = None) -> None:
         self.known: Optional[Known] = None
         self.overheads = OVERHEADS if overheads is None else overheads
         self.exact_fits = 0  # how often the exact fit ran (tests read it)
@@ -77,14 +100,15 @@ class PromptBudget:
                   max_model_len: int, max_tokens: int) -> FittedRequest:
         """``history.fit``'s result, from the bound when it fits; ``count`` counts for ``model``."""
         reply_budget = min(max_tokens, max_model_len)
-        if self.known is not None:  # a chat's first message is counted exactly: nothing to grow from
-            if model not in self.overheads:
-                self.overheads[model] = await template_overhead(count)
-            keep_from = self.known.keep_from
-            messages = conversation.messages(new_user, keep_from=keep_from)
-            bound = grown_bound(self.known, messages, self.overheads[model])
-            if bound is not None and bound + reply_budget <= max_model_len:
-                return self.remember(FittedRequest(messages, bound, reply_budget, keep_from))
+        if model not in self.overheads:
+            self.overheads[model] = await template_overhead(count)
+        template = self.overheads[model]
+        keep_from = self.known.keep_from if self.known else 0
+        messages = conversation.messages(new_user, keep_from=keep_from)
+        bound = (first_bound(messages, template) if self.known is None
+                 else grown_bound(self.known, messages, template.per_message))
+        if bound is not None and bound + reply_budget <= max_model_len:
+            return self.remember(FittedRequest(messages, bound, reply_budget, keep_from))
         self.exact_fits += 1
         return self.remember(await fit(conversation, new_user, count, max_model_len, max_tokens))
 

@@ -8,6 +8,7 @@ vLLM's side of the same code runs against the real engine (marked ``engine``).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ import pytest
 
 from app import token_count
 from app.engine_client import count_tokens, make_client
-from app.server_info import ServerInfo, choose_model, choose_window, describe, probe, read_metrics
+from app.server_info import (ServerInfo, SharedProbe, choose_model, choose_window, describe, probe,
+                             read_metrics)
 from server.settings import load_settings
 from tests import openai_standin
 from tests.conftest import ROOT, start_app
@@ -89,6 +91,44 @@ def test_the_model_is_the_configured_one_when_listed_else_the_first():
     assert choose_model(listed, "b").id == "b"      # Ollama lists every model it has
     assert choose_model(listed, "zzz").id == "a"
     assert choose_model([], "b") is None            # transformers serve lists none
+
+
+class Probes:
+    """Stands in for server_info.probe: counts its calls, answers after a tick or fails."""
+
+    def __init__(self) -> None:
+        self.calls, self.fail = 0, False
+
+    async def __call__(self) -> ServerInfo:
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise ConnectionError("engine down")
+        return ServerInfo("u", "vllm", f"m{self.calls}", "", 100, "server", token_count.VLLM)
+
+
+async def test_chats_opening_together_share_one_probe_and_a_stopped_one_does_not_end_it():
+    probes, shared = Probes(), SharedProbe(max_age_s=30)
+    waiters = [asyncio.ensure_future(shared.get(probes)) for _ in range(50)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()  # a chat stopped while it waits
+    answers = await asyncio.gather(*waiters[1:])
+    assert probes.calls == 1 and {a.model for a in answers} == {"m1"}
+    assert (await shared.get(probes)).model == "m1" and probes.calls == 1
+
+
+async def test_the_shared_answer_ages_and_a_failure_or_forget_asks_again():
+    now = [0.0]
+    probes, shared = Probes(), SharedProbe(max_age_s=30, clock=lambda: now[0])
+    assert (await shared.get(probes)).model == "m1"
+    now[0] = 31.0
+    assert (await shared.get(probes)).model == "m2"
+    shared.forget()
+    probes.fail = True
+    with pytest.raises(ConnectionError):
+        await shared.get(probes)
+    probes.fail = False
+    assert (await shared.get(probes)).model == "m4", "a failed probe is not kept"
 
 
 async def probed(url, **overrides) -> ServerInfo:

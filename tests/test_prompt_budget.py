@@ -16,7 +16,8 @@ import pytest
 
 from app import engine_client as ec
 from app.history import Conversation, fit
-from app.prompt_budget import PromptBudget, grown_bound, template_overhead, text_bound
+from app.prompt_budget import (PromptBudget, Template, first_bound, grown_bound, template_overhead,
+                               text_bound)
 from tests.conftest import TEST_MAX_MODEL_LEN
 
 PER_MESSAGE, AT_END = 3, 2
@@ -43,12 +44,12 @@ async def chat(budget: PromptBudget, count, conversation: Conversation, turns: l
         budget.sent(await HalfBytes()(fitted.messages))  # the engine's usage: exact
 
 
-async def test_after_the_first_message_a_chat_far_from_the_limit_asks_nothing():
+async def test_a_chat_far_from_the_limit_asks_nothing():
     count, budget = HalfBytes(), PromptBudget({})
     turns = [(f"question {i}", "an answer of some length " * 4) for i in range(6)]
     fitted = [f async for f in chat(budget, count, Conversation("Be brief."), turns, 4096, 256)]
-    # One exact count for the first message, two to measure the template once, then none.
-    assert count.calls == 1 + 2 and budget.exact_fits == 1
+    # Two counts to measure the template once, then none, not even for the first message.
+    assert count.calls == 2 and budget.exact_fits == 0
     for f in fitted:
         exact = await HalfBytes()(f.messages)
         assert exact <= f.prompt_tokens and f.prompt_tokens + f.max_tokens <= 4096
@@ -61,8 +62,18 @@ async def test_the_template_is_measured_once_per_model_for_every_chat():
         budget = PromptBudget(overheads)
         async for _ in chat(budget, count, Conversation(""), [("a", "b"), ("c", "d")], 4096, 64):
             pass
-    assert count.calls == 3 + 2  # three first messages, one measurement
-    assert overheads == {"m": PER_MESSAGE + math.ceil(1 / 2) + 4}  # (three - one) / 2 + slack
+    assert count.calls == 2  # one measurement for the three chats
+    one = AT_END + math.ceil(1 / 2) + PER_MESSAGE
+    assert overheads == {"m": Template(PER_MESSAGE + math.ceil(1 / 2) + 4, one)}  # (three - one) / 2 + slack
+
+
+async def test_a_first_message_near_the_limit_is_counted_exactly():
+    count, budget = HalfBytes(), PromptBudget({})
+    long = "word " * 300  # 1,500 bytes: the bound says 1,500+, the count 750 + the template
+    fitted = await budget.fit(Conversation("Be brief."), long, count, "m", 1200, 256)
+    assert budget.exact_fits == 1
+    assert fitted.prompt_tokens == await HalfBytes()(fitted.messages)
+    assert fitted.prompt_tokens + fitted.max_tokens <= 1200
 
 
 async def test_near_the_limit_the_exact_fit_drops_turns_as_before():
@@ -86,13 +97,13 @@ async def test_a_history_that_did_not_only_grow_is_counted_exactly(change):
     conversation = Conversation("Be brief.")
     async for _ in chat(budget, count, conversation, [("a", "b"), ("c", "d")], 4096, 64):
         pass
-    assert budget.exact_fits == 1
+    assert budget.exact_fits == 0
     if change == "system prompt":
         conversation.system_prompt = "Be verbose."
     else:
         del conversation.turns[-1]
     await budget.fit(conversation, "e", count, "m", 4096, 64)
-    assert budget.exact_fits == 2
+    assert budget.exact_fits == 1
 
 
 def test_the_bound_holds_only_for_a_prompt_that_grew_from_the_known_one():
@@ -103,6 +114,7 @@ def test_the_bound_holds_only_for_a_prompt_that_grew_from_the_known_one():
     assert text_bound(grown[1:], 5) == 18
     assert grown_bound(known, [{"role": "user", "content": "other"}], 5) is None
     assert grown_bound(None, grown, 5) is None
+    assert first_bound(grown, Template(5, 7)) == 7 + (2 + 5) + (6 + 5) + (2 + 5)
 
 
 @pytest.mark.engine
@@ -125,6 +137,6 @@ async def test_real_tokenizer_bounds_are_above_the_exact_length(engine):
             assert exact + fitted.max_tokens <= TEST_MAX_MODEL_LEN
             budget.sent(exact)
             conversation.add(fitted.messages[-1]["content"], text(rng.randint(20, 120)))
-    assert 0 < overhead < 40
+    assert 0 < overhead.per_message < 40 and 0 < overhead.one < 100
     assert budget.exact_fits > 1, "40 turns must reach the window and count exactly there"
     assert budget.exact_fits < 35, "far from the window the bound must have been enough"

@@ -89,3 +89,10 @@ def test_invalid_setting_stops_up_with_a_clear_message():
     assert result.returncode == 2
     assert "ERNIE_GPU_MEMORY_UTILIZATION='1.5'" in result.stderr
     assert "at most 1" in result.stderr
+
+
+def test_the_warm_up_covers_a_crowds_batches_only_on_a_gpu():
+    from server.stack import warmup
+    crowd = [size for size in warmup.bursts("cuda") if size > 64]  # vLLM's other top-p variant
+    assert any(size % 16 for size in crowd) and any(size % 16 == 0 for size in crowd)
+    assert max(warmup.bursts("cpu")) <= 16, "the CPU build has no Triton: a short warm-up"

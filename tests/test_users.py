@@ -137,7 +137,7 @@ async def test_a_reply_that_never_ends_is_an_error_and_the_user_leaves():
 
 @pytest.mark.parametrize("model, message", [
     (UserModel(users=0), "between 1 and"),
-    (UserModel(users=1001), "between 1 and"),
+    (UserModel(users=4001), "between 1 and"),
     (UserModel(users=2, turns=0), "need a send window"),
     (UserModel(users=2, ramp_s=10, window_s=5), "must be longer than --ramp-s"),
     (UserModel(users=2, think_s=-1), "must not be negative"),

@@ -16,6 +16,7 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
+#          2026-12-03: `queue crowd-shared stream-opts seeds` (the same setup calls before it)
 #          2026-12-02 (docs/gpu-crowd.md): `queue start crowd8 tune-chat tune-stream crowd8-cap`, each
 #          call given `export PATH=$PWD/.venv/bin:$PATH` (py-spy, the CLI); the setup calls took 5-10 s
 #          each, the whole session 1,674 s of the 1,800 the device lends.
@@ -146,13 +147,57 @@ case $phase in
         --max-users 1000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
         --out /tmp/res/crowd8-cap/capacity-app 2>&1 | tail -n 8
     up_stop ;;
-  tune-chat|tune-stream)  # issue "Fast start": tune unattended, 3 runs a point, against vLLM's defaults
+  crowd-shared)  # 2026-12-03: the app asks the engine what it is once per process, not per chat,
+                 # and bounds a first message instead of counting it (docs/notes.md, "The app's
+                 # cost per chat"); then the app's CPU per token and capacity past 1,000 users
+    up_start crowd-shared ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    app_vs_direct crowd-shared 256
+    app_vs_direct crowd-shared 1000
+    echo "--- the app's CPU per 1,000 streamed tokens (a Chainlit process of its own on this engine)"
+    timeout $(( $(left) / 3 )) .venv/bin/python -m server.cli bench --app-cost --url http://127.0.0.1:8000 \
+        --concurrency 256 --output-len 512 --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false \
+        --out /tmp/res/crowd-shared/app-cost 2>&1 | tail -n 4
+    echo "--- capacity through the app, past 1,000 users"
+    timeout $(( $(left) - 30 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
+        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
+        --out /tmp/res/crowd-shared/capacity-app 2>&1 | tail -n 8
+    up_stop ;;
+  first-crowd)  # a fresh machine's first start (Triton's cache empty), then a crowd at once: the
+                # warm-up's bursts above 64 (server/stack/warmup.py); then capacity past 1,000
+    up_start first-crowd ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    app_vs_direct first-crowd 256
+    app_vs_direct first-crowd 1000
+    tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"  # kept if the call runs out
+    echo "--- capacity through the app, past 1,000 users"
+    timeout $(( $(left) - 15 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
+        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
+        --out /tmp/res/first-crowd/capacity-app 2>&1 | tail -n 8
+    up_stop ;;
+  crowd-2copies)  # the same, with tune's pick for the engine: 2 copies x 4 API servers
+    up_start crowd-2copies ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    app_vs_direct crowd-2copies 256
+    app_vs_direct crowd-2copies 1000
+    up_stop ;;
+  tune-chat|tune-stream|stream-opts|seeds)  # issue "Fast start": tune unattended, 3 runs a point
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
     if [ "$phase" = tune-chat ]; then  # the issue's chat load: 256 users, 1,024 in / 256 out
         sweep=(--baseline --point "4 API servers: api_servers=4"
                --point "2 copies x 4 API servers: engine_copies=2 api_servers=4"
                --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
                --slo-ttft-ms 1000 --slo-tpot-ms 25 --write-env --env-file "$out/tune.env")
+    elif [ "$phase" = seeds ]; then  # the seed articles' three memory profiles, the same load
+        # With the stack's defaults (4 API servers on the H200); vLLM's own defaults are tune-chat's
+        # baseline of 2026-12-02, the same load and runs.
+        sweep=(--point "seed 2048 / 0.85: max_model_len=2048 gpu_memory_utilization=0.85"
+               --point "seed 4096 / 0.88: max_model_len=4096 gpu_memory_utilization=0.88"
+               --point "seed 8192 / 0.82: max_model_len=8192 gpu_memory_utilization=0.82"
+               --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
+               --slo-ttft-ms 1000 --slo-tpot-ms 25)
+    elif [ "$phase" = stream-opts ]; then  # one stream: each option alone, then together
+        sweep=(--baseline --point "decode graphs: cudagraph_mode=FULL_DECODE_ONLY api_servers=1"
+               --point "interval 8: stream_interval=8 api_servers=1" --point "4 API servers: api_servers=4"
+               --point "all three: cudagraph_mode=FULL_DECODE_ONLY stream_interval=8 api_servers=4"
+               --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
     else                               # one stream: vLLM 0.26's options for it
         sweep=(--vary performance_mode=balanced,interactivity --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
     fi

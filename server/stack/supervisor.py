@@ -171,7 +171,8 @@ class Stack:
             self.launch_app()
         if self.settings.warmup and self.engines and self.settings.node_role == "head":
             # The workers start meanwhile: the warm-up costs the user no time of its own.
-            warmup.run(self.settings, [e.url for e in self.engines.engines], self.info, self.out)
+            warmup.run(self.settings, [e.url for e in self.engines.engines], self.info,
+                       self.topology.device, self.out)
         for worker in self.apps.workers:
             self.apps.wait(worker)
         if self.topology.balanced_app and not wait_until(

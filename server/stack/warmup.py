@@ -9,7 +9,15 @@ step, with separate variants for sizes that are and are not multiples of 16;
 docs/notes.md, "Measured on the H200").  So each engine copy gets what the app will
 send, in bursts of those sizes: streamed chat completions with the app's
 sampling settings, and /tokenize with the chat template, which the app calls
-for every message.  The CPU build has no Triton; there the warm-up is short.
+for the first message of a process.
+
+Batches of more than 64 top-p requests take yet another variant (vLLM's
+``topk_topp_triton.py``: ``SPLIT_COVERS_PONLY`` only up to ``_SPLIT_MAX_BATCH`` = 64).
+The first crowd on a fresh H200 (256 chats at once, the Triton cache empty) got
+every first token 3.1 s late, all within 5 ms of each other, while the same crowd
+after a start with that cache filled waited 0.64 s (docs/gpu-crowd.md, 2026-12-02,
+second session).  On a GPU two bursts above 64 cover it.  The CPU build has no
+Triton; there the warm-up stays short.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from server.settings import Settings, auth_headers
 
 # 1 request, then bursts that land in one scheduler step: a size below 16 and one of 16.
 BURSTS = (1, 9, 16)
+# On a GPU, a crowd's batches too: above 64, not a multiple of 16, and one.
+CROWD_BURSTS = (72, 80)
 WARMUP_TOKENS = 8
 WARMUP_TIMEOUT_S = 120.0
 
@@ -40,7 +50,11 @@ async def one_chat(http: httpx.AsyncClient, url: str, model: str, settings: Sett
             pass
 
 
-async def warm_copy(url: str, model: str, settings: Settings) -> int:
+def bursts(device: str) -> tuple[int, ...]:
+    return BURSTS + (CROWD_BURSTS if device == "cuda" else ())
+
+
+async def warm_copy(url: str, model: str, settings: Settings, sizes: tuple[int, ...]) -> int:
     """Every kind of request the app sends, to one copy; returns how many were sent."""
     async with httpx.AsyncClient(timeout=WARMUP_TIMEOUT_S,
                                  headers=auth_headers(settings.api_key_value)) as http:
@@ -49,20 +63,21 @@ async def warm_copy(url: str, model: str, settings: Settings) -> int:
             "messages": [{"role": "user", "content": "Warm-up: how many tokens is this?"}]})
         tokenize.raise_for_status()
         sent = 1
-        for size in BURSTS:
+        for size in sizes:
             await asyncio.gather(*(one_chat(http, url, model, settings, sent + i) for i in range(size)))
             sent += size
     return sent
 
 
-def run(settings: Settings, urls: list[str], info, out: Callable[[str], None] = print) -> Optional[float]:
+def run(settings: Settings, urls: list[str], info, device: str,
+        out: Callable[[str], None] = print) -> Optional[float]:
     """Warm every copy up at once; print how long it took. A failure is reported, not raised:
     the engine serves anyway, the first users just wait longer."""
     started = time.perf_counter()
     model = info.model if info else settings.served_model_name
 
     async def all_copies() -> list[int]:
-        return await asyncio.gather(*(warm_copy(url, model, settings) for url in urls))
+        return await asyncio.gather(*(warm_copy(url, model, settings, bursts(device)) for url in urls))
     try:
         counts = asyncio.run(all_copies())
     except (httpx.HTTPError, OSError) as exc:
