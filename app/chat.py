@@ -31,6 +31,7 @@ from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
+from app.single_flight import SingleFlight
 from app.texts import figures_line, lang_of, refusal, text
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from server import chat_db
@@ -50,7 +51,8 @@ for _client_log in ("httpx", "httpx2"):
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None, keepalive_expiry=ec.KEEPALIVE_S))
 live_view.install(SETTINGS.engine_base_url)
-SERVER = server_info.SharedProbe()  # what the engine is, asked once for the chats opening now
+# What the engine is: asked once for the chats that open within 30 s, again after any error.
+SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from app.history import Conversation, Counter, FittedRequest, fit
+from app.single_flight import SingleFlight
 
 # Tokens the template may add beyond the calibration (a token merging across a message's
 # edge, a tokenizer's dummy prefix space).
@@ -48,8 +49,9 @@ class Template:
     one: int  # the whole prompt of one one-byte message
 
 
-# Per served model, for every chat of the process (template_overhead).
-OVERHEADS: dict[str, Template] = {}
+# Per served model, for every chat of the process (template_overhead): measured once, also
+# when a crowd's first messages all arrive before the measurement is back.
+OVERHEADS: dict[str, SingleFlight[Template]] = {}
 
 
 @dataclass
@@ -91,7 +93,7 @@ async def template_overhead(count: Counter) -> Template:
 class PromptBudget:
     """One chat's last known prompt length, and the fit that uses it."""
 
-    def __init__(self, overheads: Optional[dict[str, Template]] = None) -> None:
+    def __init__(self, overheads: Optional[dict[str, SingleFlight[Template]]] = None) -> None:
         self.known: Optional[Known] = None
         self.overheads = OVERHEADS if overheads is None else overheads
         self.exact_fits = 0  # how often the exact fit ran (tests read it)
@@ -100,9 +102,8 @@ class PromptBudget:
                   max_model_len: int, max_tokens: int) -> FittedRequest:
         """``history.fit``'s result, from the bound when it fits; ``count`` counts for ``model``."""
         reply_budget = min(max_tokens, max_model_len)
-        if model not in self.overheads:
-            self.overheads[model] = await template_overhead(count)
-        template = self.overheads[model]
+        template = await self.overheads.setdefault(model, SingleFlight()).get(
+            lambda: template_overhead(count))
         keep_from = self.known.keep_from if self.known else 0
         messages = conversation.messages(new_user, keep_from=keep_from)
         bound = (first_bound(messages, template) if self.known is None

@@ -6,7 +6,7 @@ The stack starts vLLM, but ERNIE_ENGINE_URL may name any OpenAI-compatible serve
 this module finds out what the server at hand has, so the chat can use the best of
 it and say plainly which it uses.
 
-The answer is shared by the chats a process opens (``SharedProbe``): asking it per chat
+The answer is shared by the chats a process opens (``app.single_flight``, 30 s): asking it per chat
 cost a crowd three round trips to vLLM's busy API server per chat (/v1/models and two
 /tokenize probes), a third of the app's CPU for short replies in a py-spy profile
 (docs/notes.md, "The app's cost per chat").
@@ -14,10 +14,8 @@ cost a crowd three round trips to vLLM's busy API server per chat (/v1/models an
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Optional
+from typing import Optional
 
 import httpx
 from openai import AsyncOpenAI
@@ -86,39 +84,6 @@ async def probe(client: AsyncOpenAI, http: httpx.AsyncClient, settings: Settings
     window, source = choose_window(reported, settings)
     counting = await token_count.detect(http, url, model, key)
     return ServerInfo(url, kind, model, str(extra.get("root") or ""), window, source, counting)
-
-
-class SharedProbe:
-    """One probe for every chat of the process that opens within ``max_age_s`` of it.
-
-    Chats that open while a probe is under way wait for that one (a crowd of 256
-    opening at once asks once).  A probe that failed is not kept: the next chat asks
-    again, and so does every chat after ``forget`` (the chat calls it on any engine
-    error: the engine may come back with another window).
-    """
-
-    def __init__(self, max_age_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
-        self._max_age_s, self._clock = max_age_s, clock
-        self._task: Optional[asyncio.Future] = None
-        self._started = 0.0
-
-    def _usable(self) -> bool:
-        task = self._task
-        if task is None:
-            return False
-        if not task.done():
-            return True
-        return (not task.cancelled() and task.exception() is None
-                and self._clock() - self._started <= self._max_age_s)
-
-    async def get(self, probe: Callable[[], Awaitable[ServerInfo]]) -> ServerInfo:
-        if not self._usable():
-            self._task, self._started = asyncio.ensure_future(probe()), self._clock()
-        # A chat stopped while it waits must not cancel the probe the others wait for.
-        return await asyncio.shield(self._task)
-
-    def forget(self) -> None:
-        self._task = None
 
 
 def describe(lang: str, server: ServerInfo) -> str:

@@ -322,13 +322,14 @@ def test_the_api_key_and_the_url_path_travel_with_each_request():
     assert "Authorization: Bearer s3cret\r\n" in conn.head and "Host: gpu-box:8443\r\n" in conn.head
 
 
-def test_completion_body_sends_ignore_eos_and_temperature_only_when_asked():
+def test_completion_body_sends_ignore_eos_and_sampling_only_when_asked():
     prompt = config.Prompt("hi", 1, 16)
     body = stream.completion_body("m", prompt, True, None)
     assert body["ignore_eos"] is True and "temperature" not in body
     assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 16
-    body = stream.completion_body("m", prompt, False, 0.0)
-    assert "ignore_eos" not in body and body["temperature"] == 0.0
+    assert "top_p" not in body
+    body = stream.completion_body("m", prompt, False, 0.0, 0.9)
+    assert "ignore_eos" not in body and body["temperature"] == 0.0 and body["top_p"] == 0.9
 
 
 # --- what the GPU machine needs -----------------------------------------------------------------

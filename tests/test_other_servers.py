@@ -18,8 +18,8 @@ import pytest
 
 from app import token_count
 from app.engine_client import count_tokens, make_client
-from app.server_info import (ServerInfo, SharedProbe, choose_model, choose_window, describe, probe,
-                             read_metrics)
+from app.server_info import ServerInfo, choose_model, choose_window, describe, probe, read_metrics
+from app.single_flight import SingleFlight
 from server.settings import load_settings
 from tests import openai_standin
 from tests.conftest import ROOT, start_app
@@ -108,7 +108,7 @@ class Probes:
 
 
 async def test_chats_opening_together_share_one_probe_and_a_stopped_one_does_not_end_it():
-    probes, shared = Probes(), SharedProbe(max_age_s=30)
+    probes, shared = Probes(), SingleFlight(max_age_s=30)
     waiters = [asyncio.ensure_future(shared.get(probes)) for _ in range(50)]
     await asyncio.sleep(0)
     waiters[0].cancel()  # a chat stopped while it waits
@@ -119,7 +119,7 @@ async def test_chats_opening_together_share_one_probe_and_a_stopped_one_does_not
 
 async def test_the_shared_answer_ages_and_a_failure_or_forget_asks_again():
     now = [0.0]
-    probes, shared = Probes(), SharedProbe(max_age_s=30, clock=lambda: now[0])
+    probes, shared = Probes(), SingleFlight(max_age_s=30, clock=lambda: now[0])
     assert (await shared.get(probes)).model == "m1"
     now[0] = 31.0
     assert (await shared.get(probes)).model == "m2"

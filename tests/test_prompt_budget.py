@@ -8,6 +8,7 @@ above the true length and that no request could exceed the window.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -64,7 +65,16 @@ async def test_the_template_is_measured_once_per_model_for_every_chat():
             pass
     assert count.calls == 2  # one measurement for the three chats
     one = AT_END + math.ceil(1 / 2) + PER_MESSAGE
-    assert overheads == {"m": Template(PER_MESSAGE + math.ceil(1 / 2) + 4, one)}  # (three - one) / 2 + slack
+    measured = await overheads["m"].get(count)  # kept: asks nothing more
+    assert measured == Template(PER_MESSAGE + math.ceil(1 / 2) + 4, one)  # (three - one) / 2 + slack
+    assert count.calls == 2
+
+
+async def test_a_crowds_first_messages_wait_for_one_measurement():
+    overheads, count = {}, HalfBytes()
+    budgets = [PromptBudget(overheads) for _ in range(50)]
+    await asyncio.gather(*(b.fit(Conversation(""), "hi", count, "m", 4096, 64) for b in budgets))
+    assert count.calls == 2 and all(b.exact_fits == 0 for b in budgets)
 
 
 async def test_a_first_message_near_the_limit_is_counted_exactly():

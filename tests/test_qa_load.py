@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -194,10 +195,25 @@ def short_replies_app(engine, tmp_path_factory):
                          ignore_eos=True, max_tokens=QA_MAX_TOKENS)
 
 
+def engine_requests(log: Path) -> dict[str, int]:
+    """The app's questions to vLLM so far, from its access log (one line per request)."""
+    text = log.read_text(errors="replace")
+    return {path: text.count(f'"{method} {path} ') for method, path in
+            (("GET", "/v1/models"), ("POST", "/tokenize"), ("POST", "/v1/chat/completions"))}
+
+
 @pytest.mark.engine
-async def test_hundred_chats_at_once_each_get_their_own_complete_reply(short_replies_app):
+async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, short_replies_app):
+    log = Path(engine[0].log_file)
+    before = engine_requests(log)
     result = await qa_load.run_load(short_replies_app.app_url, list(qa_load.DEFAULT_PROMPTS),
                                     QA_SESSIONS, QA_TIMEOUT_S)
+    asked = {path: n - before[path] for path, n in engine_requests(log).items()}
+    # One probe for the process's chats and one measurement of the template
+    # (app/single_flight.py), short first messages bounded, not counted (prompt_budget).
+    # Each chat asking for itself made 100 /v1/models and 200-300 /tokenize here.
+    assert asked["/v1/chat/completions"] >= QA_SESSIONS, asked
+    assert asked["/v1/models"] <= 2 and asked["/tokenize"] <= 3, asked
     s = result["summary"]
     print("\n" + qa_load.render(result))
     assert s["error_reasons"] == {}

@@ -69,6 +69,12 @@ PY
     echo "--- $n requests straight to vLLM (bench), the same lengths"
     cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
         --no-plots --out "/tmp/res/$name/direct-$n" > "/tmp/res/$name/direct-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-$n.txt" | head -n 4
+    # The chat sends temperature 0.7 and top_p 0.9, and top_p costs vLLM a sampling kernel per
+    # step; bench above samples as the server does by default. (Added after 2026-12-02.)
+    echo "--- $n requests straight to vLLM, sampled as the chat samples"
+    cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
+        --temperature 0.7 --top-p 0.9 --no-plots --out "/tmp/res/$name/direct-topp-$n" \
+        > "/tmp/res/$name/direct-topp-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-topp-$n.txt" | head -n 4
 }
 cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
 

@@ -12,10 +12,20 @@ between two such figures is not a finding.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its objective
+from server.loadtest.capacity import Objective  # noqa: E402
+
 HERE = Path(__file__).resolve().parent / "h200" / "crowd"
+# The second session of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller).
+SECOND = HERE.parent / "session-1202b"
+SECOND_RUNS = (("crowd-shared", "12-02b: 1 copy, 8 workers, old warm-up"),
+               ("first-crowd", "12-02b: 1 copy, 8 workers, fresh machine"),
+               ("crowd-2copies", "12-02b: 2 copies, 8 workers"))
 REPLY_TOKENS = 256
 BEFORE = [  # (label, chats, app tok/s, direct tok/s, app TTFT p50, p99, direct TTFT p50, p99)
     ("before: 1 worker, 1 API server", 256, 8610, 14772, 4625, 5029, 338, 751),
@@ -34,6 +44,22 @@ def direct_row(run: str, name: str) -> tuple:
     return level["output_throughput"], level["ttft_ms"]["median"], level["ttft_ms"]["p99"]
 
 
+def second_row(run: str, chats: int) -> tuple:
+    """(app tok/s, p50, p99, direct tok/s, p50, p99, losses) of one burst of the second session."""
+    import csv
+    s = json.loads((SECOND / run / f"qa-{chats}-summary.json").read_text())
+    with gzip.open(SECOND / run / f"qa-{chats}-chats.csv.gz", "rt") as f:
+        last = max(float(c["total_s"]) for c in csv.DictReader(f) if c["total_s"])
+    # bench's table row: conc done fail req/s out-tok/s tot-tok/s goodput | TTFT mean/p50/p99 | ...
+    line = next(l for l in (SECOND / run / f"direct-{chats}.txt").read_text().splitlines()
+                if l.split()[:1] == [str(chats)])
+    cells = line.split("|")
+    direct = float(cells[0].split()[4])
+    _, d50, d99 = (float(v) for v in cells[1].split("/"))
+    return (REPLY_TOKENS * s["complete"] / last, s["ttft_ms"]["median"], s["ttft_ms"]["p99"],
+            direct, d50, d99, f"{s['lost'] + s['incomplete']} lost, {s['crossed']} crossed")
+
+
 def rows() -> list[tuple]:
     out = [(label, n, app, direct, a50, a99, d50, d99, "-") for label, n, app, direct, a50, a99, d50, d99 in BEFORE]
     for run, label in (("warm", "after: 4 workers, 4 API servers, 1 copy"),
@@ -45,11 +71,25 @@ def rows() -> list[tuple]:
             app, a50, a99, lost, crossed = app_row(run, chats)
             direct, d50, d99 = direct_row(run, f"direct-{chats}")
             out.append((label, chats, app, direct, a50, a99, d50, d99, f"{lost} lost, {crossed} crossed"))
+    for run, label in SECOND_RUNS:
+        for chats in (256, 1000):
+            app, a50, a99, direct, d50, d99, losses = second_row(run, chats)
+            out.append((label, chats, app, direct, a50, a99, d50, d99, losses))
     return out
 
 
 def capacity(run: str) -> int:
     return json.loads((HERE / run / "capacity-app" / "capacity.json").read_text())["users_within"]
+
+
+def second_capacity() -> str:
+    """Each step of the cut capacity search of the second session, judged as capacity judges."""
+    steps = []
+    for step in sorted((SECOND / "first-crowd" / "capacity-app").glob("users-*-try-*")):
+        summary = json.loads(gzip.open(step / "summary.json.gz").read())["summary"]
+        ok, why = Objective().check(summary["steady"], summary)
+        steps.append(f"{step.name.split('-')[1]} users {'pass' if ok else 'fail: ' + why}")
+    return "; ".join(steps)
 
 
 def render() -> str:
@@ -62,7 +102,8 @@ def render() -> str:
     lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
               f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
               f"{capacity('warm')} users with 1 copy, {capacity('copies2')} with 2 (4 workers); "
-              f"{capacity('crowd8-cap')} with 1 copy, 8 workers, 8 tokens/piece (the most it tried)"]
+              f"{capacity('crowd8-cap')} with 1 copy, 8 workers, 8 tokens/piece (the most it tried)",
+              f"12-02b, 1 copy, 8 workers: {second_capacity()}"]
     return "\n".join(lines)
 
 
@@ -71,12 +112,14 @@ def plot(path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     data = rows()
-    short = {"before": "before\n1 worker, 1 API server", "1 copy": "after, 1 copy\n4 workers, 4 API servers",
-             "2 copies": "after, 2 copies\n4 workers, 4 API servers",
-             "tokens/piece": "12-02, 1 copy, 8 workers\n8 tokens/piece"}
+    short = {"before": "before\n1 worker\n1 API server", "1 copy": "after, 1 copy\n4 workers\n4 API servers",
+             "2 copies": "after, 2 copies\n4 workers\n4 API servers",
+             "tokens/piece": "12-02, 1 copy\n8 workers\n8 tokens/piece",
+             "old warm-up": "12-02b, 1 copy\n8 workers\nold warm-up", "fresh machine": "12-02b, 1 copy\nfresh machine\nnew warm-up",
+             "12-02b: 2 copies": "12-02b, 2 copies\n8 workers\n8 tokens/piece"}
     labels = [next(v for k, v in reversed(short.items()) if k in label) + f"\n{n} chats"
               for label, n, *_ in data]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(18, 5.5))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(16, 10))
     x = range(len(data))
     left.bar([i - 0.2 for i in x], [r[2] for r in data], 0.4, label="through the app")
     left.bar([i + 0.2 for i in x], [r[3] for r in data], 0.4, label="straight to vLLM")

@@ -75,6 +75,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                       help="let replies end at EOS (default: send ignore_eos so every reply is "
                            "--output-len long)")
     load.add_argument("--temperature", type=float, help="default: the server's")
+    load.add_argument("--top-p", type=float,
+                      help="default: the server's. The chat sends ERNIE_TOP_P (0.9), which makes "
+                           "vLLM run a top-p sampling kernel every step: give --temperature 0.7 "
+                           "--top-p 0.9 to load vLLM as the chat does")
     load.add_argument("--slo-ttft-ms", type=float, help="goodput counts requests with TTFT at most this")
     load.add_argument("--slo-tpot-ms", type=float, help="goodput counts requests with TPOT at most this")
     load.add_argument("--max-seconds", type=float, default=600.0,
@@ -95,6 +99,8 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         raise BenchError("--num-prompts, --input-len, --output-len and --max-seconds must be positive.")
     if not 0 <= args.range_ratio < 1:
         raise BenchError("--range-ratio must be in [0, 1).")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise BenchError(f"--top-p must be in (0, 1] (got {args.top_p}).")
     return BenchConfig(
         url=url.rstrip("/").removesuffix("/v1"), api_key=api_key, model=model,
         concurrencies=args.concurrency,
@@ -102,7 +108,7 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
                   from_usage, args.seed),
         ignore_eos=args.ignore_eos, max_seconds=args.max_seconds,
         request_timeout_s=args.request_timeout_s, warmup=max(0, args.warmup),
-        temperature=args.temperature, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms))
+        temperature=args.temperature, top_p=args.top_p, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms))
 
 
 def add_parser(sub) -> None:

@@ -45,6 +45,7 @@ class BenchConfig:
     request_timeout_s: float = 300.0
     warmup: int = 1
     temperature: Optional[float] = None  # None: the server's default, as vllm bench serve
+    top_p: Optional[float] = None
     slo: Slo = field(default_factory=Slo)
 
     def as_dict(self) -> dict:

@@ -158,13 +158,15 @@ class StreamConnection:
 
 
 def completion_body(model: str, prompt: Prompt, ignore_eos: bool,
-                    temperature: Optional[float]) -> dict:
+                    temperature: Optional[float], top_p: Optional[float] = None) -> dict:
     body = {"model": model, "prompt": prompt.text, "max_tokens": prompt.max_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM's sampling field: every reply is max_tokens long
     if temperature is not None:
         body["temperature"] = temperature
+    if top_p is not None:
+        body["top_p"] = top_p  # vLLM runs another sampling kernel for it (the chat app sends it)
     return body
 
 
