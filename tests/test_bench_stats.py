@@ -324,11 +324,12 @@ def test_the_api_key_and_the_url_path_travel_with_each_request():
 
 def test_completion_body_sends_ignore_eos_and_sampling_only_when_asked():
     prompt = config.Prompt("hi", 1, 16)
-    body = stream.completion_body("m", prompt, True, None)
+    body = stream.completion_body("m", prompt, True, config.BenchConfig("u").sampling)
     assert body["ignore_eos"] is True and "temperature" not in body
     assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 16
     assert "top_p" not in body
-    body = stream.completion_body("m", prompt, False, 0.0, 0.9)
+    asked = config.BenchConfig("u", temperature=0.0, top_p=0.9).sampling
+    body = stream.completion_body("m", prompt, False, asked)
     assert "ignore_eos" not in body and body["temperature"] == 0.0 and body["top_p"] == 0.9
 
 

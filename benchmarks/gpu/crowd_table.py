@@ -12,6 +12,7 @@ between two such figures is not a finding.
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import json
 import sys
@@ -46,7 +47,6 @@ def direct_row(run: str, name: str) -> tuple:
 
 def second_row(run: str, chats: int) -> tuple:
     """(app tok/s, p50, p99, direct tok/s, p50, p99, losses) of one burst of the second session."""
-    import csv
     s = json.loads((SECOND / run / f"qa-{chats}-summary.json").read_text())
     with gzip.open(SECOND / run / f"qa-{chats}-chats.csv.gz", "rt") as f:
         last = max(float(c["total_s"]) for c in csv.DictReader(f) if c["total_s"])

@@ -48,6 +48,13 @@ class BenchConfig:
     top_p: Optional[float] = None
     slo: Slo = field(default_factory=Slo)
 
+    @property
+    def sampling(self) -> dict:
+        """The sampling fields to send: those given; the server's defaults for the rest.
+        top_p makes vLLM run a top-p kernel every step (the chat app sends 0.9)."""
+        asked = {"temperature": self.temperature, "top_p": self.top_p}
+        return {name: value for name, value in asked.items() if value is not None}
+
     def as_dict(self) -> dict:
         out = asdict(self)
         out["api_key"] = "<set>" if self.api_key else None  # results are shared; keys are not

@@ -78,11 +78,11 @@ async def warm_up(conn: StreamConnection, cfg: BenchConfig, model: str,
     prompts = [replace(p, max_tokens=min(p.max_tokens, WARMUP_MAX_TOKENS)) for p in prompts]
     for i, prompt in enumerate(prompts):
         record = RequestRecord(-1, 0, prompt.prompt_tokens, prompt.max_tokens)
-        await send(conn, completion_body(model, prompt, ignore_eos, cfg.temperature, cfg.top_p), record)
+        await send(conn, completion_body(model, prompt, ignore_eos, cfg.sampling), record)
         if not record.success and i == 0 and ignore_eos and record.error.startswith("HTTP 4"):
             ignore_eos = False
             record = RequestRecord(-1, 0, prompt.prompt_tokens, prompt.max_tokens)
-            await send(conn, completion_body(model, prompt, False, cfg.temperature, cfg.top_p), record)
+            await send(conn, completion_body(model, prompt, False, cfg.sampling), record)
             if record.success:
                 out("[bench] the server rejects ignore_eos: replies may end before max_tokens")
         if not record.success:
@@ -122,7 +122,7 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
                 record = RequestRecord(index, concurrency, prompt.prompt_tokens, prompt.max_tokens,
                                        start_s=time.perf_counter() - started)
                 records.append(record)
-                await send(conn, completion_body(model, prompt, ignore_eos, cfg.temperature, cfg.top_p), record)
+                await send(conn, completion_body(model, prompt, ignore_eos, cfg.sampling), record)
         finally:
             conn.close()
 

@@ -157,16 +157,12 @@ class StreamConnection:
                 yield piece
 
 
-def completion_body(model: str, prompt: Prompt, ignore_eos: bool,
-                    temperature: Optional[float], top_p: Optional[float] = None) -> dict:
+def completion_body(model: str, prompt: Prompt, ignore_eos: bool, sampling: dict) -> dict:
+    """One streamed completion; ``sampling`` (BenchConfig.sampling) holds only what was asked."""
     body = {"model": model, "prompt": prompt.text, "max_tokens": prompt.max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True}, **sampling}
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM's sampling field: every reply is max_tokens long
-    if temperature is not None:
-        body["temperature"] = temperature
-    if top_p is not None:
-        body["top_p"] = top_p  # vLLM runs another sampling kernel for it (the chat app sends it)
     return body
 
 
