@@ -16,7 +16,8 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
-#          2026-12-03: `queue crowd-shared stream-opts seeds` (the same setup calls before it)
+#          2026-12-02, second session: `queue crowd-shared stream-opts seeds crowd-2copies`, then on a
+#          fresh machine `queue first-crowd` (the same setup calls before each)
 #          2026-12-02 (docs/gpu-crowd.md): `queue start crowd8 tune-chat tune-stream crowd8-cap`, each
 #          call given `export PATH=$PWD/.venv/bin:$PATH` (py-spy, the CLI); the setup calls took 5-10 s
 #          each, the whole session 1,674 s of the 1,800 the device lends.
@@ -75,6 +76,12 @@ PY
     cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
         --temperature 0.7 --top-p 0.9 --no-plots --out "/tmp/res/$name/direct-topp-$n" \
         > "/tmp/res/$name/direct-topp-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-topp-$n.txt" | head -n 4
+}
+capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S: within the call's time, less SLACK_S
+    echo "--- capacity through the app, past 1,000 users"
+    timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
+        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
+        --out "/tmp/res/$1/capacity-app" 2>&1 | tail -n 8
 }
 cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
 
@@ -153,7 +160,7 @@ case $phase in
         --max-users 1000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
         --out /tmp/res/crowd8-cap/capacity-app 2>&1 | tail -n 8
     up_stop ;;
-  crowd-shared)  # 2026-12-03: the app asks the engine what it is once per process, not per chat,
+  crowd-shared)  # 2026-12-02, 2nd session: the app asks the engine what it is once per process, not per chat,
                  # and bounds a first message instead of counting it (docs/notes.md, "The app's
                  # cost per chat"); then the app's CPU per token and capacity past 1,000 users
     up_start crowd-shared ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
@@ -163,10 +170,7 @@ case $phase in
     timeout $(( $(left) / 3 )) .venv/bin/python -m server.cli bench --app-cost --url http://127.0.0.1:8000 \
         --concurrency 256 --output-len 512 --repetitions 2 --app-env UVICORN_WS_PER_MESSAGE_DEFLATE=false \
         --out /tmp/res/crowd-shared/app-cost 2>&1 | tail -n 4
-    echo "--- capacity through the app, past 1,000 users"
-    timeout $(( $(left) - 30 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
-        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
-        --out /tmp/res/crowd-shared/capacity-app 2>&1 | tail -n 8
+    capacity_past_1000 crowd-shared 30
     up_stop ;;
   first-crowd)  # a fresh machine's first start (Triton's cache empty), then a crowd at once: the
                 # warm-up's bursts above 64 (server/stack/warmup.py); then capacity past 1,000
@@ -174,10 +178,7 @@ case $phase in
     app_vs_direct first-crowd 256
     app_vs_direct first-crowd 1000
     tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"  # kept if the call runs out
-    echo "--- capacity through the app, past 1,000 users"
-    timeout $(( $(left) - 15 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
-        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
-        --out /tmp/res/first-crowd/capacity-app 2>&1 | tail -n 8
+    capacity_past_1000 first-crowd 15
     up_stop ;;
   crowd-2copies)  # the same, with tune's pick for the engine: 2 copies x 4 API servers
     up_start crowd-2copies ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1

@@ -95,10 +95,8 @@ def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess]]:
     each copy run as `up` runs it; the first copy logs to the point's log."""
     settings = start.settings
     topology = plan_topology(settings, start.device, os.cpu_count() or 1, free_port)
-    commands = [engine_command(settings, start.model, start.device, start.python, copy)
-                for copy in topology.copies]
-    return topology, [copy_process(command, start.device, copy, start.log, ROOT)
-                      for copy, command in zip(topology.copies, commands)]
+    return topology, [copy_process(engine_command(settings, start.model, start.device, start.python, copy),
+                                   start.device, copy, start.log, ROOT) for copy in topology.copies]
 
 
 @contextlib.contextmanager
