@@ -118,16 +118,16 @@ async def stream_reply(
     leaves the generator suspended at ``yield``, and without aclosing its
     ``async with`` only runs when the garbage collector gets to it, seconds later.
     """
+    # The body goes as extra_body, which the client sends as given: its typed parameters
+    # are walked against the SDK's TypedDicts first, 0.25 ms of CPU per message here, so
+    # 1.2 ms for a first message and 9 ms for a 20-turn chat, on every request
+    # (docs/notes.md, "The app's cost per message"). The typed ``messages`` it needs is
+    # empty and replaced by the body's.
+    body = {"messages": messages, "temperature": temperature, "top_p": top_p,
+            "max_tokens": max_tokens, "stream_options": {"include_usage": True},
+            **(extra_body or {})}  # vLLM's own sampling fields, e.g. ignore_eos for load tests
     request = client.chat.completions.with_streaming_response.create(
-        model=model,
-        messages=messages,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body=extra_body,  # vLLM's own sampling fields, e.g. ignore_eos for load tests
-    )
+        model=model, messages=(), stream=True, extra_body=body)
     async with request as response:
         try:
             async for line in response.iter_lines():

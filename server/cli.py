@@ -73,7 +73,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from server.metrics import fetch_metrics
+    from server.metrics import NoEngineStats, fetch_metrics
     settings = load_settings()
     while True:
         try:
@@ -81,6 +81,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         except httpx.HTTPError as exc:
             print(f"The engine at {settings.engine_base_url} does not answer ({exc}). "
                   "Is ./scripts/up running?")
+            return 1
+        except NoEngineStats as exc:
+            print(exc)
             return 1
         print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
         if not args.watch:

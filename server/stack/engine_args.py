@@ -128,6 +128,8 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         argv.append(f"-cc.cudagraph_mode={settings.cudagraph_mode}")
     if settings.stream_interval is not None:
         argv += ["--stream-interval", str(settings.stream_interval)]
+    if not settings.engine_stats:
+        argv.append("--disable-log-stats")
     if settings.async_scheduling != "auto":
         argv.append("--async-scheduling" if settings.async_scheduling == "on" else "--no-async-scheduling")
     if settings.speculative_ngram != "off":
