@@ -23,7 +23,7 @@ from openai.types import Model
 
 from app import token_count
 from app.texts import text
-from server.metrics import EngineMetrics, parse_metrics
+from server.metrics import EngineMetrics, parse_metrics, publishes_engine_stats
 from server.settings import Settings, auth_headers
 
 # Kinds, from /v1/models' owned_by (docs/notes.md, "Other OpenAI-compatible servers").
@@ -99,7 +99,7 @@ async def read_metrics(http: httpx.AsyncClient, base_url: str) -> Optional[Engin
     """vLLM's /metrics; None when the server has none (any other server, or a refusal)."""
     response = await http.get(f"{base_url}/metrics")
     refused = response.status_code in (401, 403, 404, 405)
-    if refused or (response.is_success and "vllm:" not in response.text):
+    if refused or (response.is_success and not publishes_engine_stats(response.text)):
         return None
     response.raise_for_status()  # a server in trouble is not a server without metrics
     return parse_metrics(response.text)

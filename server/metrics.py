@@ -123,6 +123,12 @@ def run_means_ms(counters: dict[str, dict], run: str) -> Optional[dict]:
     return {key: None if mean is None else mean * 1000 for key, mean in means.items()}
 
 
+def publishes_engine_stats(text: str) -> bool:
+    """Whether a /metrics text holds vLLM's own series (any other server, or vLLM with
+    --disable-log-stats, answers without them)."""
+    return "vllm:" in text
+
+
 class NoEngineStats(Exception):
     """/metrics answered without vLLM's series: stats off (ERNIE_ENGINE_STATS=false), or
     another server; all-zero figures would read as an idle engine."""
@@ -131,7 +137,7 @@ class NoEngineStats(Exception):
 def fetch_metrics(base_url: str, timeout_s: float = 5.0) -> EngineMetrics:
     response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
     response.raise_for_status()
-    if "vllm:" not in response.text:
+    if not publishes_engine_stats(response.text):
         raise NoEngineStats(f"The engine at {base_url} publishes no vLLM statistics on /metrics: "
                             "it runs with ERNIE_ENGINE_STATS=false (--disable-log-stats), or it is "
                             "not vLLM. Unset ERNIE_ENGINE_STATS to see its load.")

@@ -215,14 +215,12 @@ case $phase in
     app_vs_direct profile-crowd 256
     app_vs_direct profile-crowd 1000
     up_stop ;;
-  cap-2copies|cap-seqs)  # capacity past 1,000 users: 2 engine copies, or 1 copy taking 2,048 at once
-    if [ "$phase" = cap-2copies ]; then more=ERNIE_ENGINE_COPIES=2; else more=ERNIE_MAX_NUM_SEQS=2048; fi
+  cap-2copies|cap-2copies-4000|cap-seqs)  # capacity past 1,000 users: 2 engine copies (from 2,000
+                                          # to 4,000 once 2,000 passed), or 1 copy taking 2,048 at once
+    more=ERNIE_ENGINE_COPIES=2; [ "$phase" = cap-seqs ] && more=ERNIE_MAX_NUM_SEQS=2048
+    range=(); [ "$phase" = cap-2copies-4000 ] && range=(2000 4000)
     up_start "$phase" "$more" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
-    capacity_past_1000 "$phase" 20
-    up_stop ;;
-  cap-2copies-4000)  # 2 copies passed 2,000 users, the most cap-2copies tried: up to 4,000
-    up_start "$phase" ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
-    capacity_past_1000 "$phase" 15 2000 4000
+    capacity_past_1000 "$phase" 20 "${range[@]}"
     up_stop ;;
   tune-chat|tune-stream|stream-opts|seeds|stats-off)  # issue "Fast start": tune unattended, 3 runs a point
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
