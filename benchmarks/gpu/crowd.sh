@@ -70,14 +70,16 @@ print({k: s.get(k) for k in ("sessions", "complete", "lost", "crossed", "errors"
       "app tokens/s %.0f" % (256 * s["complete"] / last) if last else "-")
 PY
     echo "--- $n requests straight to vLLM (bench), the same lengths"
-    cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
-        --no-plots --out "/tmp/res/$name/direct-$n" > "/tmp/res/$name/direct-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-$n.txt" | head -n 4
+    direct_burst "$name/direct-$n" "$n"
     # The chat sends temperature 0.7 and top_p 0.9, and top_p costs vLLM a sampling kernel per
     # step; bench above samples as the server does by default. (Added after 2026-12-02.)
     echo "--- $n requests straight to vLLM, sampled as the chat samples"
+    direct_burst "$name/direct-topp-$n" "$n" --temperature 0.7 --top-p 0.9
+}
+direct_burst() {  # direct_burst OUT N [BENCH ARGS...]: N requests at once to vLLM, 40 in / 256 out
+    local out=/tmp/res/$1 n=$2; shift 2
     cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
-        --temperature 0.7 --top-p 0.9 --no-plots --out "/tmp/res/$name/direct-topp-$n" \
-        > "/tmp/res/$name/direct-topp-$n.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$name/direct-topp-$n.txt" | head -n 4
+        "$@" --no-plots --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
 }
 capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO]: within the call's time, less SLACK_S
     echo "--- capacity through the app, past ${3:-1000} users"
