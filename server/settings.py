@@ -197,6 +197,19 @@ class Settings(BaseSettings):
         description="GPU only: which CUDA graphs vLLM captures (-cc.cudagraph_mode); auto keeps "
         "vLLM's choice. FULL_DECODE_ONLY captures decode graphs only (a shorter start).",
     )
+    torch_compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="vLLM compiles the model with torch.compile at start (its cache makes later "
+        "starts of the same configuration quick). off passes -cc.mode=0: a shorter start, the "
+        "same speed for one stream, less for a crowd on a GPU (there CUDA graphs are then "
+        "whole-step ones only: auto graphs become FULL_DECODE_ONLY). auto: on on a GPU, off on a "
+        "CPU (docs/single-stream.md).",
+    )
+    model_runner: Literal["auto", "v1", "v2"] = Field(
+        "auto",
+        description="Which of vLLM's model runners prepares each step (VLLM_USE_V2_MODEL_RUNNER); "
+        "auto keeps vLLM's choice (v2 for this model in vLLM 0.26).",
+    )
     stream_interval: Optional[int] = Field(
         None,
         ge=1,

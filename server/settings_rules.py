@@ -97,6 +97,10 @@ def disagreements(s) -> list[str]:
     if s.enforce_eager and s.cudagraph_mode not in ("auto", "NONE"):
         found.append(f"ERNIE_CUDAGRAPH_MODE={s.cudagraph_mode} asks for CUDA graphs, which "
                      "ERNIE_ENFORCE_EAGER=true turns off: unset one of them")
+    if s.torch_compile == "off" and s.cudagraph_mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
+        found.append(f"ERNIE_CUDAGRAPH_MODE={s.cudagraph_mode} needs the compiled model's pieces, "
+                     "which ERNIE_TORCH_COMPILE=off turns off (vLLM would capture no graph): use "
+                     "FULL or FULL_DECODE_ONLY, or ERNIE_TORCH_COMPILE=auto")
     if s.chat_db is not None and s.users is None:
         found.append("ERNIE_CHAT_DB turns on saved chats, which need a login: set "
                      "ERNIE_USERS=name:password (comma-separated for several)")

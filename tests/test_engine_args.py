@@ -180,7 +180,7 @@ SINGLE_STREAM_FLAGS = ("--performance-mode", "--stream-interval", "--async-sched
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_single_stream_settings_pass_nothing_by_default(device):
-    argv = command(device).argv
+    argv = command(device, torch_compile="on").argv
     assert not [a for a in argv if a in SINGLE_STREAM_FLAGS or a.startswith("-cc")]
 
 
@@ -193,7 +193,42 @@ def test_performance_mode_when_not_balanced(device, mode):
 @pytest.mark.parametrize("mode", ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
 def test_cudagraph_mode_is_a_compilation_config_field_on_gpu_only(mode):
     assert f"-cc.cudagraph_mode={mode}" in command("cuda", cudagraph_mode=mode).argv
-    assert not any(a.startswith("-cc") for a in command("cpu", cudagraph_mode=mode).argv)
+    assert not any(a.startswith("-cc.cudagraph") for a in command("cpu", cudagraph_mode=mode).argv)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_compile_off_is_compilation_mode_none(device):
+    assert command(device, torch_compile="off").argv.count("-cc.mode=0") == 1
+    assert not any(a.startswith("-cc.mode") for a in command(device, torch_compile="on").argv)
+
+
+@pytest.mark.parametrize("device, compiled", [("cuda", True), ("cpu", False)])
+def test_torch_compile_auto_compiles_on_a_gpu_only(device, compiled):
+    assert ("-cc.mode=0" not in command(device).argv) is compiled
+
+
+def test_without_compile_a_gpu_keeps_whole_step_cuda_graphs():
+    """vLLM's default graphs need the compiled pieces; without them it would capture none."""
+    assert "-cc.cudagraph_mode=FULL_DECODE_ONLY" in command("cuda", torch_compile="off").argv
+    assert "-cc.cudagraph_mode=FULL" in command("cuda", torch_compile="off", cudagraph_mode="FULL").argv
+    assert not any(a.startswith("-cc.cudagraph") for a in command("cpu", torch_compile="off").argv)
+
+
+def test_a_gpu_engine_keeps_one_triton_cache_for_every_configuration(monkeypatch, tmp_path):
+    """Else Inductor moves Triton's cache to one per configuration, and each new one compiles
+    vLLM's kernels again (engine_args.triton_cache)."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert command("cuda").env["TRITON_CACHE_DIR"] == str(tmp_path / ".triton" / "cache")
+    assert "TRITON_CACHE_DIR" not in command("cpu").env
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/data/triton")  # the user's own: the engine inherits it
+    assert "TRITON_CACHE_DIR" not in command("cuda").env
+
+
+@pytest.mark.parametrize("runner, value", [("v1", "0"), ("v2", "1")])
+def test_model_runner_is_vllms_variable_when_chosen(runner, value):
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in command("cuda").env
+    assert command("cuda", model_runner=runner).env["VLLM_USE_V2_MODEL_RUNNER"] == value
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -228,13 +263,13 @@ def test_vllm_cpu_parses_every_single_stream_flag(engine_python):
     """The flags exist in the vLLM we run (0.32's parser; 0.26's are in docs/notes.md)."""
     argv = command("cuda", performance_mode="interactivity", cudagraph_mode="FULL_DECODE_ONLY",
                    stream_interval=4, async_scheduling="off", speculative_ngram=5,
-                   engine_stats=False).argv
+                   engine_stats=False, torch_compile="off").argv
     done = subprocess.run([str(engine_python), "-c", PARSE_WITH_VLLM, json.dumps(argv[3:])],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = json.loads(done.stdout.strip().splitlines()[-1])
     assert parsed == {"performance_mode": "interactivity", "cudagraph_mode": "FULL_DECODE_ONLY",
-                      "stream_interval": 4, "async_scheduling": False, "disable_log_stats": True,
+                      "compilation_mode": "NONE", "stream_interval": 4, "async_scheduling": False, "disable_log_stats": True,
                       "speculative_config": {"method": "ngram", "num_speculative_tokens": 5,
                                              "prompt_lookup_max": 4, "prompt_lookup_min": 2}}
 
@@ -247,6 +282,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))
 print(json.dumps({"performance_mode": args.performance_mode,
                   "cudagraph_mode": args.compilation_config.cudagraph_mode.name,
+                  "compilation_mode": args.compilation_config.mode.name,
                   "stream_interval": args.stream_interval, "async_scheduling": args.async_scheduling,
                   "disable_log_stats": args.disable_log_stats,
                   "speculative_config": args.speculative_config}))

@@ -170,7 +170,8 @@ def test_overrides_are_validated_like_the_environment():
 def test_single_stream_settings_default_to_vllms_own_choice():
     s = load_settings()
     assert (s.performance_mode, s.cudagraph_mode, s.stream_interval, s.async_scheduling,
-            s.speculative_ngram) == ("balanced", "auto", None, "auto", "off")
+            s.speculative_ngram, s.torch_compile, s.model_runner) == (
+        "balanced", "auto", None, "auto", "off", "auto", "auto")
 
 
 @pytest.mark.parametrize("value, expected", [("4", 4), ("off", "off"), ("OFF", "off"), ("16", 16)])
@@ -190,6 +191,8 @@ def test_speculative_ngram_out_of_range_says_what_is_allowed(monkeypatch, value)
     ("ERNIE_PERFORMANCE_MODE", "fast", ("balanced", "interactivity", "throughput")),
     ("ERNIE_CUDAGRAPH_MODE", "full", ("auto", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")),
     ("ERNIE_ASYNC_SCHEDULING", "true", ("auto", "on", "off")),
+    ("ERNIE_MODEL_RUNNER", "1", ("auto", "v1", "v2")),
+    ("ERNIE_TORCH_COMPILE", "false", ("auto", "on", "off")),
 ])
 def test_single_stream_choices_list_the_allowed_values(monkeypatch, name, value, allowed):
     message = error_for(monkeypatch, name, value)
@@ -209,6 +212,9 @@ def test_stream_interval_must_be_at_least_one(monkeypatch):
     (("ERNIE_ENFORCE_EAGER", "true"), ("ERNIE_CUDAGRAPH_MODE", "FULL_DECODE_ONLY"),
      ["ERNIE_CUDAGRAPH_MODE=FULL_DECODE_ONLY asks for CUDA graphs",
       "ERNIE_ENFORCE_EAGER=true turns off"], ("ERNIE_CUDAGRAPH_MODE", "NONE")),
+    (("ERNIE_TORCH_COMPILE", "off"), ("ERNIE_CUDAGRAPH_MODE", "FULL_AND_PIECEWISE"),
+     ["ERNIE_CUDAGRAPH_MODE=FULL_AND_PIECEWISE needs the compiled model's pieces",
+      "ERNIE_TORCH_COMPILE=off turns off"], ("ERNIE_CUDAGRAPH_MODE", "FULL")),
 ])
 def test_single_stream_settings_vllm_would_refuse_together(monkeypatch, first, second, says, fixed):
     monkeypatch.setenv(*first)

@@ -246,6 +246,12 @@ def test_any_engine_setting_is_a_dimension():
     assert typed[1].env_values()["ERNIE_ENFORCE_EAGER"] == "true"
 
 
+def test_a_setting_that_reaches_vllm_only_through_its_environment_is_a_dimension():
+    """ERNIE_MODEL_RUNNER changes no flag, only VLLM_USE_V2_MODEL_RUNNER."""
+    points = tune_points.build_points(parse("--vary", "model_runner=v1,v2"), load_settings(), "cuda")
+    assert [p.overrides()["model_runner"] for p in points] == ["v1", "v2"]
+
+
 @pytest.mark.parametrize("vary, device, message", [
     ("temperature=0.2,0.9", "cuda", "every value gives the vLLM command your settings already give"),
     ("cudagraph_mode=FULL,NONE", "cpu", "cudagraph_mode does not reach vLLM there"),

@@ -16,6 +16,10 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
+#          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
+#          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
+#          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
+#          `queue compile-start stream-compile chat-compile crowd-repeat` (3 calls in all)
 #          2026-12-02, third session: `queue profile-crowd cap-2copies stats-off cap-seqs`; the a4 call
 #          also carries .gpu/py-spy (the static binary of .venv/bin/py-spy) for the engine core's profile
 #          2026-12-02, second session: `queue crowd-shared stream-opts seeds crowd-2copies`, then on a
@@ -88,10 +92,17 @@ capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO]: within the 
         --out "/tmp/res/$1/capacity-app" 2>&1 | tail -n 8
 }
 caches() {  # caches NAME WHEN: what Triton's, Inductor's and vLLM's compile caches hold (the
-            # kernel warm-up's cause; 12-02c: Triton's held 1 file after a 15-s warm-up)
+            # kernel warm-up's cause: with compile on, Inductor kept Triton's cache per configuration
+            # under torch_aot_compile/HASH/inductor_cache/triton until engine_args.triton_cache)
     { echo "$2: triton $(find ~/.triton/cache -type f 2>/dev/null | wc -l) files," \
         "inductor $(find /tmp/torchinductor_"$(id -un)" -type f 2>/dev/null | wc -l) files," \
-        "vllm $(du -sm ~/.cache/vllm 2>/dev/null | cut -f1) MB"; } | tee -a "/tmp/res/$1/caches.txt"
+        "vllm $(du -sm ~/.cache/vllm 2>/dev/null | cut -f1) MB, of which Triton files per configuration" \
+        "$(find ~/.cache/vllm/torch_compile_cache -path '*inductor_cache/triton/*' -type f 2>/dev/null | wc -l)"
+    } | tee -a "/tmp/res/$1/caches.txt"
+}
+one_stream() {  # one_stream OUT: 16 requests one after another, 1,024 in / 512 out (tune-stream's load)
+    cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
+        --out "/tmp/res/$1" > "/tmp/res/$1.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$1.txt" | head -n 4
 }
 engine_profile() {  # engine_profile NAME: one stream, the engine core sampled by py-spy meanwhile
     local spy=$PWD/.gpu/py-spy core; core=$(pgrep -f 'VLLM::EngineCore' | head -n 1)
@@ -217,6 +228,25 @@ case $phase in
     app_vs_direct profile-crowd 256
     app_vs_direct profile-crowd 1000
     up_stop ;;
+  compile-start)  # 2026-12-02, fourth session, first on a fresh machine: starts without torch.compile
+                  # (ERNIE_TORCH_COMPILE=off), first and later, then the first with it, 1 API server
+    mkdir -p /tmp/res/$phase; caches $phase before
+    for run in "nocompile-first ERNIE_TORCH_COMPILE=off" "nocompile-later ERNIE_TORCH_COMPILE=off" \
+               "compile-first ERNIE_TORCH_COMPILE=on"; do
+        set -- $run; (( $(left) > 150 )) || break
+        start=$SECONDS; up_start "$phase/$1" "$2" ERNIE_API_SERVERS=1 || exit 1
+        echo "$1: chat URL after $((SECONDS - start)) s"; caches $phase "after $1"
+        one_stream "$phase/$1-one-stream"
+        up_stop
+    done ;;
+  crowd-repeat)  # app against direct in 3 rounds at 256 and 1,000 chats: a mean and a spread, not one run
+    up_start crowd-repeat ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    for round in 1 2 3; do
+        (( $(left) > 100 )) || break
+        mkdir -p /tmp/res/crowd-repeat/r$round
+        app_vs_direct crowd-repeat/r$round 256; app_vs_direct crowd-repeat/r$round 1000
+    done
+    up_stop ;;
   cap-2copies|cap-2copies-4000|cap-seqs)  # capacity past 1,000 users: 2 engine copies (from 2,000
                                           # to 4,000 once 2,000 passed), or 1 copy taking 2,048 at once
     more=ERNIE_ENGINE_COPIES=2; [ "$phase" = cap-seqs ] && more=ERNIE_MAX_NUM_SEQS=2048
@@ -224,7 +254,8 @@ case $phase in
     up_start "$phase" "$more" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     capacity_past_1000 "$phase" 20 "${range[@]}"
     up_stop ;;
-  tune-chat|tune-stream|stream-opts|seeds|stats-off)  # issue "Fast start": tune unattended, 3 runs a point
+  tune-chat|tune-stream|stream-opts|seeds|stats-off|stream-compile|chat-compile)  # issue "Fast start":
+                                                                # tune unattended, 3 runs a point
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
     if [ "$phase" = tune-chat ]; then  # the issue's chat load: 256 users, 1,024 in / 256 out
         sweep=(--baseline --point "4 API servers: api_servers=4"
@@ -248,6 +279,19 @@ case $phase in
         sweep=(--baseline --point "stats off: engine_stats=false api_servers=1"
                --point "4 API servers: api_servers=4" --point "4 API servers, stats off: engine_stats=false api_servers=4"
                --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512)
+    elif [ "$phase" = stream-compile ]; then  # one stream without torch.compile, and vLLM's older runner
+        sweep=(--point "1 API server: api_servers=1"
+               --point "compile off: torch_compile=off api_servers=1"
+               --point "compile off, FULL graphs: torch_compile=off cudagraph_mode=FULL api_servers=1"
+               --point "v1 runner: model_runner=v1 api_servers=1"
+               --point "v1 runner, compile off: model_runner=v1 torch_compile=off api_servers=1"
+               --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512)
+    elif [ "$phase" = chat-compile ]; then  # the chat load without torch.compile (does a crowd pay?)
+        sweep=(--point "4 API servers: api_servers=4"
+               --point "4 API servers, compile off: api_servers=4 torch_compile=off"
+               --point "4 API servers, compile off, FULL graphs: api_servers=4 torch_compile=off cudagraph_mode=FULL"
+               --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256
+               --slo-ttft-ms 1000 --slo-tpot-ms 25)
     else                               # one stream: vLLM 0.26's options for it
         sweep=(--vary performance_mode=balanced,interactivity --vary api_servers=1 --concurrency 1 --num-prompts 8 --input-len 1024 --output-len 512)
     fi

@@ -27,7 +27,9 @@ HERE = Path(__file__).resolve().parent / "h200" / "crowd"
 LATER_RUNS = (("session-1202b", "crowd-shared", "12-02b: 1 copy, 8 workers, old warm-up"),
               ("session-1202b", "first-crowd", "12-02b: 1 copy, 8 workers, fresh machine"),
               ("session-1202b", "crowd-2copies", "12-02b: 2 copies, 8 workers"),
-              ("session-1202c", "profile-crowd", "12-02c: 1 copy, 8 workers, untyped request"))
+              ("session-1202c", "profile-crowd", "12-02c: 1 copy, 8 workers, untyped request"),
+              *(("session-1202d", f"crowd-repeat/r{n}", f"12-02d: 1 copy, 8 workers, round {n}")
+                for n in (1, 2, 3)))
 REPLY_TOKENS = 256
 BEFORE = [  # (label, chats, app tok/s, direct tok/s, app TTFT p50, p99, direct TTFT p50, p99)
     ("before: 1 worker, 1 API server", 256, 8610, 14772, 4625, 5029, 338, 751),
@@ -101,6 +103,24 @@ def later_capacity(session: str, run: str) -> str:
     return "; ".join(steps)
 
 
+def repeated() -> list[str]:
+    """12-02d's three rounds on one machine: each figure's mean and range, so that a ratio is
+    read against the runs' own spread."""
+    out = []
+    for chats in (256, 1000):
+        runs = [later_row("session-1202d", f"crowd-repeat/r{n}", chats) for n in (1, 2, 3)]
+        figures = {"app tok/s": [r[0] for r in runs], "direct tok/s": [r[1] for r in runs],
+                   "direct sampled tok/s": [r[7] for r in runs],
+                   "app / direct sampled": [r[0] / r[7] for r in runs],
+                   "app TTFT p50 ms": [r[2] for r in runs], "direct sampled TTFT p50 ms":
+                   [bench_text(HERE.parent / "session-1202d" / f"crowd-repeat/r{n}" /
+                               f"direct-topp-{chats}.txt", chats)[1] for n in (1, 2, 3)]}
+        out.append(f"12-02d, {chats} chats, 3 rounds: " + "; ".join(
+            f"{name} {sum(v) / 3:,.{2 if max(v) < 10 else 0}f} [{min(v):,.{2 if max(v) < 10 else 0}f}-"
+            f"{max(v):,.{2 if max(v) < 10 else 0}f}]" for name, v in figures.items()))
+    return out
+
+
 def render() -> str:
     lines = [f"{'setting':<58}{'chats':>6}{'app tok/s':>10}{'direct':>8}{'ratio':>6}"
              f"{'app TTFT p50/p99':>18}{'direct TTFT p50/p99':>21}{'sampled':>9}{'ratio':>6}  losses"]
@@ -108,6 +128,7 @@ def render() -> str:
         versus = f"{sampled:>9,.0f}{app / sampled:>6.2f}" if sampled else f"{'-':>9}{'-':>6}"
         lines.append(f"{label:<58}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
                      f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}{versus}  {losses}")
+    lines += ["", *repeated()]
     sustained, _, _ = direct_row("copies2", "direct-sustained")
     lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
               f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
@@ -131,7 +152,8 @@ def plot(path: Path) -> None:
              "tokens/piece": "12-02, 1 copy\n8 workers\n8 tokens/piece",
              "old warm-up": "12-02b, 1 copy\n8 workers\nold warm-up", "fresh machine": "12-02b, 1 copy\nfresh machine\nnew warm-up",
              "12-02b: 2 copies": "12-02b, 2 copies\n8 workers\n8 tokens/piece",
-             "untyped request": "12-02c, 1 copy\n8 workers\nuntyped request"}
+             "untyped request": "12-02c, 1 copy\n8 workers\nuntyped request",
+             **{f"round {n}": f"12-02d, 1 copy\n8 workers\nround {n}" for n in (1, 2, 3)}}
     labels = [next(v for k, v in reversed(short.items()) if k in label) + f"\n{n} chats"
               for label, n, *_ in data]
     fig, (left, right) = plt.subplots(2, 1, figsize=(16, 10))

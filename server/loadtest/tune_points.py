@@ -86,7 +86,9 @@ def named_point(text: str) -> tuple[str, list[tuple[str, str]]]:
 
 
 def command_of(settings: Settings, device: str) -> tuple[str, ...]:
-    return tuple(engine_command(settings, "MODEL", device, "python").argv)
+    """The engine's command line and the variables it gets (some settings reach vLLM only so)."""
+    command = engine_command(settings, "MODEL", device, "python")
+    return tuple(command.argv) + tuple(f"{k}={v}" for k, v in sorted(command.env.items()))
 
 
 def reaches_vllm(settings: Settings, device: str, name: str, values: tuple) -> None:

@@ -1,4 +1,4 @@
-"""Settings -> the vLLM command line and environment (pure, no I/O).
+"""Settings -> the vLLM command line and environment (pure but for reading os.environ).
 
 Kept apart from the supervisor so the mapping can be read and tested on its
 own, like vLLM's ``engine/arg_utils.py`` maps its CLI onto its config.
@@ -13,7 +13,9 @@ balancer listens where the engine would (``server.stack.topology``).
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -85,6 +87,32 @@ def start_method(settings: Settings, device: str) -> str:
     return "fork" if device == "cuda" else "spawn"
 
 
+def compiles(settings: Settings, device: str) -> bool:
+    """Whether vLLM runs torch.compile. auto: on a GPU yes, since a crowd gets 28-36 % more
+    goodput from it on the H200 (one stream: the same); on a CPU no: on the demo model the
+    speed is the same (noise, 1 and 16 streams) and a later start 19-20 s shorter, a first
+    one ~90 s (docs/single-stream.md, "torch.compile")."""
+    if settings.torch_compile != "auto":
+        return settings.torch_compile == "on"
+    return device == "cuda"
+
+
+def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
+    """Triton's one cache for every configuration (its default, ~/.triton/cache), set
+    explicitly, unless the user chose one.
+
+    With torch.compile on, vLLM 0.26 points Inductor at a cache of each configuration's hash
+    (``compilation/decorators.py``), and Inductor points Triton there too when the variable is
+    unset (``triton_heuristics.py``), for the whole engine process. So every new configuration
+    (a tune point, two copies, another length) compiled vLLM's own ~57 Triton kernels (its
+    model runner's and the sampler's) again: the "kernel warm-up after capture" of 12-17 s on
+    the H200. Triton keys its cache by each kernel's source and target, so one cache serves
+    all configurations (docs/single-stream.md, "Start-up")."""
+    if "TRITON_CACHE_DIR" in environ:
+        return {}
+    return {"TRITON_CACHE_DIR": str(Path(environ.get("HOME") or Path.home()) / ".triton" / "cache")}
+
+
 def engine_command(settings: Settings, model: str, device: str, python: Path | str,
                    copy: Optional[EngineCopy] = None) -> EngineCommand:
     """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu')."""
@@ -104,6 +132,7 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         argv += ["--api-server-count", str(copy.api_servers)]
     env = {"VLLM_WORKER_MULTIPROC_METHOD": start_method(settings, device)}
     if device == "cuda":
+        env.update(triton_cache(os.environ))
         argv += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
         if settings.kv_cache_gib is not None:
             argv += ["--kv-cache-memory-bytes", str(int(settings.kv_cache_gib * GIB))]
@@ -124,8 +153,17 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
     # One fast stream (settings.py): each flag only when set, else vLLM keeps its own choice.
     if settings.performance_mode != "balanced":
         argv += ["--performance-mode", settings.performance_mode]
+    compiled = compiles(settings, device)
+    if not compiled:
+        argv.append("-cc.mode=0")  # vLLM's CompilationMode.NONE
     if device == "cuda" and settings.cudagraph_mode != "auto":
         argv.append(f"-cc.cudagraph_mode={settings.cudagraph_mode}")
+    elif device == "cuda" and not compiled:
+        # vLLM's own choice, FULL_AND_PIECEWISE, needs the compiled model's pieces: without
+        # compile vLLM would silently capture no graph at all.
+        argv.append("-cc.cudagraph_mode=FULL_DECODE_ONLY")
+    if settings.model_runner != "auto":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if settings.model_runner == "v2" else "0"
     if settings.stream_interval is not None:
         argv += ["--stream-interval", str(settings.stream_interval)]
     if not settings.engine_stats:
