@@ -85,11 +85,13 @@ direct_burst() {  # direct_burst OUT N [BENCH ARGS...]: N requests at once to vL
     cli bench --concurrency "$n" --num-prompts "$n" --input-len 40 --output-len 256 --warmup 0 \
         "$@" --no-plots --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
 }
-capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO]: within the call's time, less SLACK_S
-    echo "--- capacity through the app, past ${3:-1000} users"
-    timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through app --start-users "${3:-1000}" \
+capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO [app|engine]]: within the call's
+                        # time, less SLACK_S
+    local through=${5:-app}
+    echo "--- capacity through the $through, past ${3:-1000} users"
+    timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through "$through" --start-users "${3:-1000}" \
         --max-users "${4:-2000}" --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
-        --out "/tmp/res/$1/capacity-app" 2>&1 | tail -n 8
+        --out "/tmp/res/$1/capacity-$through" 2>&1 | tail -n 8
 }
 caches() {  # caches NAME WHEN: what Triton's, Inductor's and vLLM's compile caches hold (the
             # kernel warm-up's cause: with compile on, Inductor kept Triton's cache per configuration
@@ -246,6 +248,21 @@ case $phase in
         mkdir -p /tmp/res/crowd-repeat/r$round
         app_vs_direct crowd-repeat/r$round 256; app_vs_direct crowd-repeat/r$round 1000
     done
+    up_stop ;;
+  triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
+                  # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
+                  # drop from 12-17 s to ~1 s once the first start has compiled vLLM's kernels
+    mkdir -p /tmp/res/$phase; caches $phase before
+    for run in "seqs-512 ERNIE_MAX_NUM_SEQS=512" "seqs-768 ERNIE_MAX_NUM_SEQS=768"; do
+        set -- $run; (( $(left) > 120 )) || break
+        up_start "$phase/$1" "$2" ERNIE_API_SERVERS=1 || exit 1; caches $phase "after $1"; up_stop
+    done ;;
+  cap-both)  # to run next: the app-against-direct as a sustained load, not a burst: capacity
+             # straight to vLLM, then through the app, the same users and objective (1 copy)
+    up_start cap-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    whole=$call_s; call_s=$(( SECONDS + ($(left) - 30) / 2 ))  # the first search gets half the time
+    capacity_past_1000 cap-both 0 1000 2000 engine
+    call_s=$whole; capacity_past_1000 cap-both 20 1000 2000 app
     up_stop ;;
   cap-2copies|cap-2copies-4000|cap-seqs)  # capacity past 1,000 users: 2 engine copies (from 2,000
                                           # to 4,000 once 2,000 passed), or 1 copy taking 2,048 at once
