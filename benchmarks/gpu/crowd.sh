@@ -16,6 +16,7 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
+#          Next session (prepared, not yet run): `queue triton-shared crowd-clients cap-both`
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
 #          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
 #          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
@@ -263,6 +264,27 @@ case $phase in
     whole=$call_s; call_s=$(( SECONDS + ($(left) - 30) / 2 ))  # the first search gets half the time
     capacity_past_1000 cap-both 0 1000 2000 engine
     call_s=$whole; capacity_past_1000 cap-both 20 1000 2000 app
+    up_stop ;;
+  crowd-clients)  # to run next: is part of the app's +230 ms TTFT at 1,000 chats the one load client
+                  # process (fourth session: its fastest chat waited 309-442 ms)? 1 x 1,000 chats
+                  # against 4 clients x 250, twice each, on one stack
+    up_start crowd-clients ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    for round in 1 2; do
+        (( $(left) > 90 )) || break
+        d=/tmp/res/crowd-clients/r$round; mkdir -p "$d"
+        cli qa-load --sessions 1000 --timeout-s 240 --json > "$d/one-client.json"
+        for i in 1 2 3 4; do cli qa-load --sessions 250 --timeout-s 240 --json > "$d/client-$i.json" & done; wait
+        .venv/bin/python - "$d" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+for name, files in (("1 client x 1,000", ["one-client.json"]), ("4 clients x 250", [f"client-{i}.json" for i in range(1, 5)])):
+    chats = [c for f in files for c in json.loads((d / f).read_text())["sessions"]]
+    ttft = sorted(1000 * c["ttft_s"] for c in chats if c.get("ttft_s") is not None)
+    print(f"{name}: {len(ttft)} first tokens, TTFT ms p1/p50/p99 {ttft[len(ttft) // 100]:.0f}/"
+          f"{statistics.median(ttft):.0f}/{ttft[int(0.99 * len(ttft))]:.0f}")
+PY
+    done
     up_stop ;;
   cap-2copies|cap-2copies-4000|cap-seqs)  # capacity past 1,000 users: 2 engine copies (from 2,000
                                           # to 4,000 once 2,000 passed), or 1 copy taking 2,048 at once
