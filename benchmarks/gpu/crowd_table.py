@@ -116,9 +116,13 @@ def repeated() -> list[str]:
                    [bench_text(HERE.parent / "session-1202d" / f"crowd-repeat/r{n}" /
                                f"direct-topp-{chats}.txt", chats)[1] for n in (1, 2, 3)]}
         out.append(f"12-02d, {chats} chats, 3 rounds: " + "; ".join(
-            f"{name} {sum(v) / 3:,.{2 if max(v) < 10 else 0}f} [{min(v):,.{2 if max(v) < 10 else 0}f}-"
-            f"{max(v):,.{2 if max(v) < 10 else 0}f}]" for name, v in figures.items()))
+            f"{name} {mean_and_range(v)}" for name, v in figures.items()))
     return out
+
+
+def mean_and_range(values: list[float]) -> str:
+    digits = 2 if max(values) < 10 else 0  # ratios, or tokens/s and milliseconds
+    return f"{sum(values) / len(values):,.{digits}f} [{min(values):,.{digits}f}-{max(values):,.{digits}f}]"
 
 
 def render() -> str:
