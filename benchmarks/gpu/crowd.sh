@@ -103,9 +103,22 @@ caches() {  # caches NAME WHEN: what Triton's, Inductor's and vLLM's compile cac
         "$(find ~/.cache/vllm/torch_compile_cache -path '*inductor_cache/triton/*' -type f 2>/dev/null | wc -l)"
     } | tee -a "/tmp/res/$1/caches.txt"
 }
-one_stream() {  # one_stream OUT: 16 requests one after another, 1,024 in / 512 out (tune-stream's load)
+one_stream() {  # one_stream NAME: 16 requests one after another, 1,024 in / 512 out (tune-stream's load)
+    local out=/tmp/res/$1-one-stream
     cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
-        --out "/tmp/res/$1" > "/tmp/res/$1.txt" 2>&1; grep -A3 "^ *conc" "/tmp/res/$1.txt" | head -n 4
+        --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
+}
+each_start() {  # each_start PHASE AFTER "NAME VAR=VALUE..." ...: one start after another while the call
+                # has time, each timed to its chat URL, its caches counted, AFTER PHASE/NAME run
+                # (one_stream, or true), then stopped
+    local phase=$1 after=$2 run start; shift 2
+    mkdir -p "/tmp/res/$phase"; caches "$phase" before
+    for run in "$@"; do
+        set -- $run; (( $(left) > 150 )) || break
+        start=$SECONDS; up_start "$phase/$1" "${@:2}" || return 1
+        echo "$1: chat URL after $((SECONDS - start)) s"; caches "$phase" "after $1"
+        "$after" "$phase/$1"; up_stop
+    done
 }
 engine_profile() {  # engine_profile NAME: one stream, the engine core sampled by py-spy meanwhile
     local spy=$PWD/.gpu/py-spy core; core=$(pgrep -f 'VLLM::EngineCore' | head -n 1)
@@ -233,15 +246,9 @@ case $phase in
     up_stop ;;
   compile-start)  # 2026-12-02, fourth session, first on a fresh machine: starts without torch.compile
                   # (ERNIE_TORCH_COMPILE=off), first and later, then the first with it, 1 API server
-    mkdir -p /tmp/res/$phase; caches $phase before
-    for run in "nocompile-first ERNIE_TORCH_COMPILE=off" "nocompile-later ERNIE_TORCH_COMPILE=off" \
-               "compile-first ERNIE_TORCH_COMPILE=on"; do
-        set -- $run; (( $(left) > 150 )) || break
-        start=$SECONDS; up_start "$phase/$1" "$2" ERNIE_API_SERVERS=1 || exit 1
-        echo "$1: chat URL after $((SECONDS - start)) s"; caches $phase "after $1"
-        one_stream "$phase/$1-one-stream"
-        up_stop
-    done ;;
+    each_start "$phase" one_stream "nocompile-first ERNIE_TORCH_COMPILE=off ERNIE_API_SERVERS=1" \
+        "nocompile-later ERNIE_TORCH_COMPILE=off ERNIE_API_SERVERS=1" \
+        "compile-first ERNIE_TORCH_COMPILE=on ERNIE_API_SERVERS=1" || exit 1 ;;
   crowd-repeat)  # app against direct in 3 rounds at 256 and 1,000 chats: a mean and a spread, not one run
     up_start crowd-repeat ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     for round in 1 2 3; do
@@ -253,11 +260,8 @@ case $phase in
   triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
                   # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
                   # drop from 12-17 s to ~1 s once the first start has compiled vLLM's kernels
-    mkdir -p /tmp/res/$phase; caches $phase before
-    for run in "seqs-512 ERNIE_MAX_NUM_SEQS=512" "seqs-768 ERNIE_MAX_NUM_SEQS=768"; do
-        set -- $run; (( $(left) > 120 )) || break
-        up_start "$phase/$1" "$2" ERNIE_API_SERVERS=1 || exit 1; caches $phase "after $1"; up_stop
-    done ;;
+    each_start "$phase" true "seqs-512 ERNIE_MAX_NUM_SEQS=512 ERNIE_API_SERVERS=1" \
+        "seqs-768 ERNIE_MAX_NUM_SEQS=768 ERNIE_API_SERVERS=1" || exit 1 ;;
   cap-both)  # to run next: the app-against-direct as a sustained load, not a burst: capacity
              # straight to vLLM, then through the app, the same users and objective (1 copy)
     up_start cap-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
