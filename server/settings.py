@@ -199,11 +199,11 @@ class Settings(BaseSettings):
     )
     torch_compile: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="vLLM compiles the model with torch.compile at start (its cache makes later "
-        "starts of the same configuration quick). off passes -cc.mode=0: a shorter start, the "
-        "same speed for one stream, less for a crowd on a GPU (there CUDA graphs are then "
-        "whole-step ones only: auto graphs become FULL_DECODE_ONLY). auto: on on a GPU, off on a "
-        "CPU (docs/single-stream.md).",
+        description="vLLM compiles the model with torch.compile at start (auto and on: vLLM's "
+        "choice; its cache makes later starts of the same configuration quick). GPU only: off "
+        "passes -cc.mode=0, a start ~10 s shorter and the same speed for one stream, but less "
+        "for a crowd; CUDA graphs are then whole-step ones only (auto graphs become "
+        "FULL_DECODE_ONLY). Refused on a CPU, where vLLM's worker then dies on a one-token prompt.",
     )
     model_runner: Literal["auto", "v1", "v2"] = Field(
         "auto",

