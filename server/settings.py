@@ -146,9 +146,10 @@ class Settings(BaseSettings):
     )
     engine_process_start: Literal["auto", "fork", "spawn"] = Field(
         "auto",
-        description="How vLLM starts its engine core process (VLLM_WORKER_MULTIPROC_METHOD). fork "
-        "inherits the API server's imports instead of importing vLLM a second time; auto: fork on "
-        "a GPU, spawn on a CPU (the CPU build always spawns).",
+        description="How vLLM starts its engine core and API server processes "
+        "(VLLM_WORKER_MULTIPROC_METHOD). fork inherits the first process's imports instead of "
+        "importing vLLM again in each; auto: fork on a GPU, spawn on a CPU (where the CPU build "
+        "spawns its engine core anyway).",
     )
 
     # --- several GPUs and machines: vLLM's data parallelism -----------------

@@ -47,7 +47,10 @@ def stack(tmp_path_factory, database):
     up = Up(tmp_path_factory.mktemp("scale"), ERNIE_ENGINE_COPIES="2", ERNIE_API_SERVERS="2",
             ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="4096",
             ERNIE_CHAT_DB=database, ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_IGNORE_EOS="true",
-            ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20")
+            ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20",
+            # The GPU's default: API servers forked (server/stack/vllm_serve.py); the metrics
+            # these tests read must still add up over them.
+            ERNIE_ENGINE_PROCESS_START="fork")
     try:
         up.wait_for(r"^Chat: ", timeout_s=1200)
         yield up
@@ -108,6 +111,8 @@ def test_the_processes_asked_for_really_run(stack):
     assert "[stack] 2 engine copies x 2 API servers, 2 app workers, HAProxy" in output
     assert len([l for l in stack.lines if "2 API server processes (as asked" in l]) == 2, output
     assert re.search(r"\[warm-up\] \d+ requests like the app's .* to 2 engine copies", output), output
+    engine_log = stack.settings.log_file.read_text()
+    assert "[vllm_serve] 2 API server processes forked" in engine_log
     running = titles(descendants(stack.proc.pid))
     assert len([t for t in running if t.startswith("VLLM::APIServer_")]) == 4, running
     assert len([t for t in running if t.startswith("VLLM::EngineCore")]) == 2, running

@@ -295,6 +295,10 @@ def test_baseline_is_vllms_defaults_and_named_points_come_first():
     quick = tune_points.build_points(parse("--baseline"), load_settings(torch_compile="off"), "cuda",
                                      model_max_len=131072)
     assert quick[0].overrides()["torch_compile"] == "auto"
+    # ...and a point that turns compile off is refused on a CPU, as `up` refuses it there.
+    with pytest.raises(TuneError, match="torch_compile=off\" cannot run on a cpu: ERNIE_TORCH_COMPILE=off is for a GPU"):
+        tune_points.build_points(parse("--point", "quick: torch_compile=off"), settings, "cpu")
+    assert len(tune_points.build_points(parse("--point", "quick: torch_compile=off"), settings, "cuda")) == 1
     with pytest.raises(SystemExit):
         parse("--point", "no name=1")
 

@@ -16,7 +16,9 @@
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
 #          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
-#          Next session (prepared, not yet run): `queue triton-shared crowd-clients cap-both`
+#          2026-12-02, fifth session: everything above built by `bash benchmarks/gpu/prepare.sh` in
+#          19-MiB pieces (the fourth session's calls, below), then
+#          `queue fork-start triton-shared crowd-clients cap-both`
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
 #          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
 #          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
@@ -119,6 +121,14 @@ each_start() {  # each_start PHASE AFTER "NAME VAR=VALUE..." ...: one start afte
         echo "$1: chat URL after $((SECONDS - start)) s"; caches "$phase" "after $1"
         "$after" "$phase/$1"; up_stop
     done
+}
+summed_metrics() {  # summed_metrics NAME: 8 requests, then vLLM's success counter over its API servers
+    local url; url=$(grep -o -m1 'ready at http://[0-9.:]*' "/tmp/res/$1/up.txt" | cut -d' ' -f3)
+    local before; before=$(curl -s "$url/metrics" | awk '/^vllm:request_success_total/{s+=$2} END{print s+0}')
+    for _ in $(seq 8); do curl -s "$url/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"ernie","prompt":"w5 w6","max_tokens":4}' -o /dev/null & done; wait
+    echo "$1: vllm:request_success_total $before -> $(curl -s "$url/metrics" \
+        | awk '/^vllm:request_success_total/{s+=$2} END{print s+0}') after 8 requests"
 }
 engine_profile() {  # engine_profile NAME: one stream, the engine core sampled by py-spy meanwhile
     local spy=$PWD/.gpu/py-spy core; core=$(pgrep -f 'VLLM::EngineCore' | head -n 1)
@@ -257,6 +267,11 @@ case $phase in
         app_vs_direct crowd-repeat/r$round 256; app_vs_direct crowd-repeat/r$round 1000
     done
     up_stop ;;
+  fork-start)  # 2026-12-02, fifth session, first on a fresh machine: the defaults (4 API servers), the
+               # first start, then later ones with the API servers forked (vllm_serve, now auto on
+               # a GPU) and spawned as vLLM does; their metrics must still add up over the servers
+    each_start "$phase" summed_metrics "first" "later-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
+        "later-fork-2" || exit 1 ;;
   triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
                   # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
                   # drop from 12-17 s to ~1 s once the first start has compiled vLLM's kernels

