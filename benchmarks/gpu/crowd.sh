@@ -125,8 +125,10 @@ each_start() {  # each_start PHASE AFTER "NAME VAR=VALUE..." ...: one start afte
 summed_metrics() {  # summed_metrics NAME: 8 requests, then vLLM's success counter over its API servers
     local url; url=$(grep -o -m1 'ready at http://[0-9.:]*' "/tmp/res/$1/up.txt" | cut -d' ' -f3)
     local before; before=$(curl -s "$url/metrics" | awk '/^vllm:request_success_total/{s+=$2} END{print s+0}')
-    for _ in $(seq 8); do curl -s "$url/v1/completions" -H 'Content-Type: application/json' \
-        -d '{"model":"ernie","prompt":"w5 w6","max_tokens":4}' -o /dev/null & done; wait
+    local pids=()  # (a bare `wait` would wait for the stack too)
+    for _ in $(seq 8); do curl -s -m 30 "$url/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"ernie","prompt":"w5 w6","max_tokens":4}' -o /dev/null & pids+=($!); done
+    wait "${pids[@]}"
     echo "$1: vllm:request_success_total $before -> $(curl -s "$url/metrics" \
         | awk '/^vllm:request_success_total/{s+=$2} END{print s+0}') after 8 requests"
 }
@@ -270,7 +272,7 @@ case $phase in
   fork-start)  # 2026-12-02, fifth session, first on a fresh machine: the defaults (4 API servers), the
                # first start, then later ones with the API servers forked (vllm_serve, now auto on
                # a GPU) and spawned as vLLM does; their metrics must still add up over the servers
-    each_start "$phase" summed_metrics "first" "later-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
+    each_start "$phase" summed_metrics "later-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
         "later-fork-2" || exit 1 ;;
   triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
                   # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
@@ -292,7 +294,9 @@ case $phase in
         (( $(left) > 90 )) || break
         d=/tmp/res/crowd-clients/r$round; mkdir -p "$d"
         cli qa-load --sessions 1000 --timeout-s 240 --json > "$d/one-client.json"
-        for i in 1 2 3 4; do cli qa-load --sessions 250 --timeout-s 240 --json > "$d/client-$i.json" & done; wait
+        pids=()  # (a bare `wait` would wait for the stack too)
+        for i in 1 2 3 4; do cli qa-load --sessions 250 --timeout-s 240 --json > "$d/client-$i.json" & pids+=($!); done
+        wait "${pids[@]}"
         .venv/bin/python - "$d" <<'PY'
 import json, statistics, sys
 from pathlib import Path
@@ -302,6 +306,29 @@ for name, files in (("1 client x 1,000", ["one-client.json"]), ("4 clients x 250
     ttft = sorted(1000 * c["ttft_s"] for c in chats if c.get("ttft_s") is not None)
     print(f"{name}: {len(ttft)} first tokens, TTFT ms p1/p50/p99 {ttft[len(ttft) // 100]:.0f}/"
           f"{statistics.median(ttft):.0f}/{ttft[int(0.99 * len(ttft))]:.0f}")
+PY
+    done
+    up_stop ;;
+  clients-both)  # 1,000 chats from 4 load-client processes, through the app and straight to vLLM
+                 # (bench, sampled as the chat samples), twice: does either client hold TTFT back?
+    up_start clients-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    for round in 1 2; do
+        (( $(left) > 45 )) || break
+        d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
+        for i in 1 2 3 4; do cli qa-load --sessions 250 --timeout-s 120 --json > "$d/app-$i.json" & pids+=($!); done
+        wait "${pids[@]}"; pids=()
+        for i in 1 2 3 4; do direct_burst "clients-both/r$round/direct-$i" 250 --temperature 0.7 --top-p 0.9 \
+            > /dev/null & pids+=($!); done
+        wait "${pids[@]}"
+        .venv/bin/python - "$d" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+app = sorted(1000 * c["ttft_s"] for i in range(1, 5) for c in json.loads((d / f"app-{i}.json").read_text())["sessions"]
+             if c.get("ttft_s") is not None)
+print(f"app, 4 clients x 250: {len(app)} first tokens, TTFT ms p50/p99 {statistics.median(app):.0f}/{app[int(0.99 * len(app))]:.0f}")
+for i in range(1, 5):
+    print(f"direct client {i}:", " ".join((d / f"direct-{i}.txt").read_text().split("\n")[-6:]).strip()[:300])
 PY
     done
     up_stop ;;

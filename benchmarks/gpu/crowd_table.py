@@ -120,6 +120,44 @@ def repeated() -> list[str]:
     return out
 
 
+def chat_rows(*paths: Path) -> list[dict]:
+    rows_ = []
+    for path in paths:
+        with gzip.open(path, "rt") as f:
+            rows_ += list(csv.DictReader(f))
+    return rows_
+
+
+def p50_p99(values: list[float]) -> str:
+    values = sorted(values)
+    return f"{values[len(values) // 2]:,.0f} / {values[int(0.99 * len(values))]:,.0f} ms"
+
+
+def load_clients() -> list[str]:
+    """12-02e: 1,000 chats from one qa-load process against four of 250 (crowd-clients), and
+    app against direct with four load-client processes on each side (clients-both)."""
+    where = HERE.parent / "session-1202e"
+    out = []
+    for n in (1, 2):
+        r = where / "crowd-clients" / f"r{n}"
+        for label, names in (("1 client x 1,000", ["one-client"]), ("4 clients x 250", [f"client-{i}" for i in range(1, 5)])):
+            chats = chat_rows(*(r / f"{name}-chats.csv.gz" for name in names))
+            out.append(f"12-02e crowd-clients r{n}, {label}: app TTFT p50/p99 "
+                       f"{p50_p99([1000 * float(c['ttft_s']) for c in chats if c['ttft_s']])}")
+    for n in (1, 2):
+        r = where / "clients-both" / f"r{n}"
+        chats = chat_rows(*(r / f"app-{i}-chats.csv.gz" for i in range(1, 5)))
+        done = [c for c in chats if c["complete"] == "True"]
+        app = REPLY_TOKENS * len(done) / max(float(c["total_s"]) for c in done)
+        direct = chat_rows(*(r / f"direct-{i}" / "requests.csv.gz" for i in range(1, 5)))
+        rate = sum(int(d["output_tokens"]) for d in direct) / max(
+            float(d["start_s"]) + float(d["e2e_ms"]) / 1000 for d in direct)
+        out.append(f"12-02e clients-both r{n}, 4 clients x 250 each side: app {app:,.0f} tok/s, TTFT p50/p99 "
+                   f"{p50_p99([1000 * float(c['ttft_s']) for c in chats if c['ttft_s']])}; direct sampled "
+                   f"{rate:,.0f} tok/s, TTFT {p50_p99([float(d['ttft_ms']) for d in direct])}; ratio {app / rate:.2f}")
+    return out
+
+
 def mean_and_range(values: list[float]) -> str:
     digits = 2 if max(values) < 10 else 0  # ratios, or tokens/s and milliseconds
     return f"{sum(values) / len(values):,.{digits}f} [{min(values):,.{digits}f}-{max(values):,.{digits}f}]"
@@ -132,7 +170,7 @@ def render() -> str:
         versus = f"{sampled:>9,.0f}{app / sampled:>6.2f}" if sampled else f"{'-':>9}{'-':>6}"
         lines.append(f"{label:<58}{n:>6}{app:>10,.0f}{direct:>8,.0f}{app / direct:>6.2f}"
                      f"{f'{a50:,.0f} / {a99:,.0f} ms':>18}{f'{d50:,.0f} / {d99:,.0f} ms':>21}{versus}  {losses}")
-    lines += ["", *repeated()]
+    lines += ["", *repeated(), "", *load_clients()]
     sustained, _, _ = direct_row("copies2", "direct-sustained")
     lines += ["", f"engine tier alone, 2 copies, 1,024 in flight, 3,072 requests: {sustained:,.0f} output tokens/s",
               f"capacity through the app (TTFT p99 <= 1 s, >= 20 tokens/s for 9 users in 10): "
