@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from server import cli
-from server.loadtest import chat_socket, qa_load
+from server.loadtest import chat_socket, qa_load, qa_processes
 from server.loadtest.chat_socket import SessionRecord
 from server.loadtest.qa_load import count_crossed, summarize_sessions
 from server.stack.processes import free_port
@@ -185,6 +185,38 @@ async def test_an_app_that_is_not_there_is_reported_before_any_chat_opens():
         await qa_load.run_load(f"http://127.0.0.1:{free_port()}", ["hi"], 3, timeout_s=20)
 
 
+def test_chats_are_shared_over_client_processes_one_apart_at_most():
+    assert qa_processes.shares(1000, 4) == [250] * 4
+    assert qa_processes.shares(10, 4) == [3, 3, 2, 2]
+    with pytest.raises(chat_socket.QaLoadError, match="more than --sessions 2"):
+        qa_processes.shares(2, 3)
+    with pytest.raises(chat_socket.QaLoadError, match="between 1 and 16"):
+        qa_processes.shares(100, 17)
+
+
+def test_client_processes_results_are_judged_as_one_run():
+    """A reply that reached a chat of each of two processes is crossed, as within one."""
+    def result(records, wall_s):
+        return {"summary": {"wall_s": wall_s}, "sessions": [r.as_dict() for r in records]}
+    first = result([chat(0), chat(1, ids={"w1", "shared"})], 3.0)
+    second = result([chat(0, ids={"w0b", "shared"}), chat(1)], 4.5)
+    merged = qa_load.merge([first, second], "http://app")
+    s = merged["summary"]
+    assert (merged["processes"], s["sessions"], s["crossed"], s["wall_s"], s["ok"]) == (2, 4, 1, 4.5, False)
+    assert [c["index"] for c in merged["sessions"]] == [0, 1, 2, 3]
+    assert merged["sessions"][2]["message_ids"] == ["shared", "w0b"]
+    assert qa_load.merge([first], "http://app")["summary"]["ok"]
+
+
+def test_a_client_process_that_cannot_reach_the_app_stops_the_run_with_its_reason(capsys):
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["qa-load", "--url", url, "--sessions", "4", "--processes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "ERROR: client process" in err and "stopped before its chats were open: ERROR:" in err, err
+    assert cli.main(["qa-load", "--url", url, "--users", "4", "--processes", "2"]) == 2
+    assert "--processes is for a burst" in capsys.readouterr().err
+
+
 # --- the real app -------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -222,6 +254,17 @@ async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, s
     chats = result["sessions"]
     assert len({c["reply_id"] for c in chats}) == QA_SESSIONS
     assert all(c["ttft_s"] < c["total_s"] for c in chats)
+
+
+@pytest.mark.engine
+def test_chats_from_two_client_processes_send_together_and_are_merged(short_replies_app, capsys):
+    code = cli.main(["qa-load", "--url", short_replies_app.app_url, "--sessions", "6",
+                     "--processes", "2", "--timeout-s", "90", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    s = result["summary"]
+    assert code == 0 and result["processes"] == 2 and (s["complete"], s["crossed"]) == (6, 0), s
+    runs = {c["tag"].split()[1] for c in result["sessions"]}   # each process tags its own run
+    assert len(runs) == 2 and len({c["reply_id"] for c in result["sessions"]}) == 6
 
 
 @pytest.mark.engine

@@ -136,6 +136,7 @@ def test_startup_phases_of_a_real_h200_start():
     lines = gzip.open(H200_LOG, "rt", encoding="utf-8").read().splitlines()
     assert as_table(startup_phases(lines)) == [
         ("API server process: Python imports, arguments", 22, None),
+        ("configuration (a first start probes the model's class)", 0, None),
         ("engine core process: start, imports, config", 22, None),
         ("worker processes: spawn, imports, device", 3, None),
         ("model load", 2, 2.170855),
@@ -153,13 +154,29 @@ def test_startup_phases_of_a_real_h200_start_with_four_api_servers():
     engine core the API servers' addresses, so it waits for their spawn and imports (27 s)."""
     log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
     phases = as_table(startup_phases(gzip.open(log, "rt", encoding="utf-8").read().splitlines()))
-    assert phases[:4] == [
+    assert phases[:5] == [
         ("API server process: Python imports, arguments", 23, None),
-        ("API server processes: spawn, imports (the engine core waits for them)", 27, None),
+        ("configuration (a first start probes the model's class)", 0, None),
+        ("API server processes: start (the engine core waits for them)", 27, None),
         ("engine core process: start, imports, config", 1, None),
         ("worker processes: spawn, imports, device", 3, None),
     ]
     assert sum(seconds for _, seconds, _ in phases) == 92
+
+
+def test_startup_phases_of_a_first_start_with_forked_api_servers():
+    """The same stack's first start on a fresh H200 (2026-12-02, fifth session), API servers
+    forked: they start at once, and the 22 s before them is vLLM's probe of the model's class
+    in a fresh Python (vllm_serve forks that probe since)."""
+    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202e" / "fork-start" / "first" / "llm.log.gz"
+    phases = as_table(startup_phases(gzip.open(log, "rt", encoding="utf-8").read().splitlines()))
+    assert phases[:4] == [
+        ("API server process: Python imports, arguments", 24, None),
+        ("configuration (a first start probes the model's class)", 22, None),
+        ("API server processes: start (the engine core waits for them)", 0, None),
+        ("engine core process: start, imports, config", 1, None),
+    ]
+    assert ("kernel warm-up after capture (sampler, Triton JIT)", 20, None) in phases
 
 
 def test_startup_phases_of_a_real_cpu_start():
@@ -167,6 +184,7 @@ def test_startup_phases_of_a_real_cpu_start():
     graphs, and the CPU compiles inside its warm-up run."""
     assert as_table(startup_phases(read_tail(CPU_LOG))) == [
         ("API server process: Python imports, arguments", 19, None),
+        ("configuration (a first start probes the model's class)", 0, None),
         ("engine core process: start, imports, config", 22, None),
         ("worker processes: spawn, imports, device", 33, None),
         ("model load", 0, 0.01),
@@ -246,13 +264,15 @@ def test_the_phase_in_progress_is_the_one_after_the_last_milestone():
 
 
 def test_the_phase_in_progress_names_the_api_servers_only_where_vllm_started_several():
-    """One API server (the CPU log) goes from its imports to the engine core; four (the
+    """One API server (the CPU log) goes from its configuration to the engine core; four (the
     H200's) wait for the API server processes first."""
     cpu = read_tail(CPU_LOG)
     first_line = next(i for i, line in enumerate(cpu) if "non-default args" in line)
-    assert phase_in_progress(cpu[:first_line + 1]) == "engine core process: start, imports, config"
+    assert phase_in_progress(cpu[:first_line + 1]) == "configuration (a first start probes the model's class)"
+    configured = next(i for i, line in enumerate(cpu) if "Resolved architecture" in line)
+    assert phase_in_progress(cpu[:configured + 1]) == "engine core process: start, imports, config"
     log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
     h200 = gzip.open(log, "rt", encoding="utf-8").read().splitlines()
     started = next(i for i, line in enumerate(h200) if "Started 4 API server processes" in line)
     assert phase_in_progress(h200[:started + 1]) == \
-        "API server processes: spawn, imports (the engine core waits for them)"
+        "API server processes: start (the engine core waits for them)"

@@ -18,7 +18,9 @@
 #          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
 #          2026-12-02, fifth session: everything above built by `bash benchmarks/gpu/prepare.sh` in
 #          19-MiB pieces (the fourth session's calls, below), then
-#          `queue fork-start triton-shared crowd-clients cap-both`
+#          `queue fork-start triton-shared crowd-clients` and `queue clients-both` (cap-both did not fit)
+#          Next session (prepared): `queue fork-start cap-both clients-both` (fork-start's first start
+#          now has the forked model probe; clients-both's app side is `qa-load --processes 4`)
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
 #          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
 #          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
@@ -315,8 +317,8 @@ PY
     for round in 1 2; do
         (( $(left) > 45 )) || break
         d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
-        for i in 1 2 3 4; do cli qa-load --sessions 250 --timeout-s 120 --json > "$d/app-$i.json" & pids+=($!); done
-        wait "${pids[@]}"; pids=()
+        # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json)
+        cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
         for i in 1 2 3 4; do direct_burst "clients-both/r$round/direct-$i" 250 --temperature 0.7 --top-p 0.9 \
             > /dev/null & pids+=($!); done
         wait "${pids[@]}"
@@ -324,7 +326,7 @@ PY
 import json, statistics, sys
 from pathlib import Path
 d = Path(sys.argv[1])
-app = sorted(1000 * c["ttft_s"] for i in range(1, 5) for c in json.loads((d / f"app-{i}.json").read_text())["sessions"]
+app = sorted(1000 * c["ttft_s"] for c in json.loads((d / "app.json").read_text())["sessions"]
              if c.get("ttft_s") is not None)
 print(f"app, 4 clients x 250: {len(app)} first tokens, TTFT ms p50/p99 {statistics.median(app):.0f}/{app[int(0.99 * len(app))]:.0f}")
 for i in range(1, 5):

@@ -11,7 +11,7 @@ import asyncio
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -81,6 +81,14 @@ class SessionRecord:
         out.update(message_ids=sorted(self.message_ids), tags_seen=sorted(self.tags_seen),
                    replied=self.replied, complete=self.complete, reply_tokens=self.reply_tokens)
         return out
+
+    @classmethod
+    def from_dict(cls, chat: dict) -> "SessionRecord":
+        """A record back from :meth:`as_dict` (another qa-load process's chat)."""
+        names = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in chat.items() if k in names})
+        record.message_ids, record.tags_seen = set(chat["message_ids"]), set(chat["tags_seen"])
+        return record
 
 
 def user_step(text: str) -> dict:

@@ -56,8 +56,9 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Awaitable, Callable, Optional
 
+from server.loadtest import qa_processes
 from server.loadtest.chat_socket import (ChatSession, QaLoadError, SessionRecord, check_app,
                                          count_crossed)
 from server.loadtest.stats import distribution_ms
@@ -125,10 +126,16 @@ def make_records(prompts: list[str], sessions: int) -> list[SessionRecord]:
     return records
 
 
-async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float) -> dict:
-    """Open ``sessions`` chats, then ask in all of them at once; the result of ``--json``."""
+def check_sessions(sessions: int) -> None:
     if not 1 <= sessions <= MAX_SESSIONS:
         raise QaLoadError(f"--sessions must be between 1 and {MAX_SESSIONS}.")
+
+
+async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float,
+                   before_sending: Optional[Callable[[], Awaitable[None]]] = None) -> dict:
+    """Open ``sessions`` chats, then ask in all of them at once; the result of ``--json``.
+    ``before_sending``: awaited once the chats are open (a client of ``--processes``)."""
+    check_sessions(sessions)
     if timeout_s <= 0 or not prompts:
         raise QaLoadError("--timeout-s must be positive and there must be at least one prompt.")
     url = url.rstrip("/")
@@ -145,6 +152,8 @@ async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float
 
     async def converse() -> None:
         opened = await asyncio.gather(*(chat.open(url) for chat in chats))
+        if before_sending:
+            await before_sending()
         await asyncio.gather(*(chat.ask() for chat, ok in zip(chats, opened) if ok))
 
     ticker = asyncio.create_task(tick())
@@ -162,6 +171,17 @@ async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float
     summary = summarize_sessions(records, wall_s)
     status.done(progress_text(records))
     return {"kind": "ernie-chat qa-load", "url": url, "summary": summary,
+            "sessions": [r.as_dict() for r in records]}
+
+
+def merge(results: list[dict], url: str) -> dict:
+    """Several client processes' results as one run's (``--processes``): every chat numbered
+    in turn and judged with all the others, the run as long as its longest client."""
+    records = [SessionRecord.from_dict(chat) for result in results for chat in result["sessions"]]
+    for index, record in enumerate(records):
+        record.index = index
+    summary = summarize_sessions(records, max(result["summary"]["wall_s"] for result in results))
+    return {"kind": "ernie-chat qa-load", "url": url, "processes": len(results), "summary": summary,
             "sessions": [r.as_dict() for r in records]}
 
 
@@ -209,6 +229,10 @@ def add_parser(sub) -> None:
     qa.add_argument("--timeout-s", type=float, default=300.0,
                     help="give up on the whole run after this long (default 300)")
     qa.add_argument("--json", action="store_true", help="print the result, every chat included, as JSON")
+    qa.add_argument("--processes", type=int, default=1,
+                    help="client processes sharing the chats, which still send at once (default 1; "
+                    "at ~1,000 chats one process adds to the TTFT it measures: use 4)")
+    qa.add_argument(qa_processes.GO_FLAG, action="store_true", help=argparse.SUPPRESS)
     from server.loadtest import user_load
     user_load.add_user_arguments(qa)
     qa.set_defaults(func=cmd_qa_load)
@@ -221,11 +245,20 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         else:
             from server.settings import load_settings
             url = load_settings().app_url
+        if args.users is not None and args.processes != 1:
+            raise QaLoadError("--processes is for a burst (--sessions); --users runs in one process.")
         if args.users is not None:
             from server.loadtest import user_load
             return user_load.cmd_users(args, url, read_prompts(args.prompts_file))
-        result = asyncio.run(run_load(url, read_prompts(args.prompts_file), args.sessions,
-                                      args.timeout_s))
+        prompts = read_prompts(args.prompts_file)
+        if args.processes != 1:
+            check_sessions(args.sessions)
+            results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
+                                                             args.timeout_s, args.prompts_file))
+            result = merge(results, url)
+        else:
+            result = asyncio.run(run_load(url, prompts, args.sessions, args.timeout_s,
+                                          qa_processes.wait_until_sent if args.send_on_stdin else None))
     except (QaLoadError, OSError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2

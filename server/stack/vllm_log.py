@@ -131,9 +131,13 @@ class _Milestone:
 _MILESTONES = (
     # vLLM's first line: the API server process has imported vLLM and read its arguments.
     _Milestone("API server process: Python imports, arguments", re.compile(""), first=True),
-    # With several API servers (0.26 on a GPU) vLLM spawns them after its own imports, and
-    # the engine core waits for them before it initializes: their imports come next.
-    _Milestone("API server processes: spawn, imports (the engine core waits for them)",
+    # The engine's configuration; on a first start vLLM probes the model's class there, in a
+    # process of its own (vllm_serve forks it: 22 s on the H200 when it imported vLLM anew).
+    _Milestone("configuration (a first start probes the model's class)",
+               re.compile(r"Resolved architecture"), first=True),
+    # With several API servers (0.26 on a GPU) vLLM starts them after its configuration, and
+    # the engine core waits for them before it initializes: spawned, each imports vLLM anew.
+    _Milestone("API server processes: start (the engine core waits for them)",
                re.compile(r"\(ApiServer_\d+ pid=\d+\) .*Resolved architecture"),
                needs=re.compile(r"Started \d+ API server processes")),
     _Milestone("engine core process: start, imports, config",
