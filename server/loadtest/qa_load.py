@@ -250,7 +250,7 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         if args.users is not None:
             from server.loadtest import user_load
             return user_load.cmd_users(args, url, read_prompts(args.prompts_file))
-        prompts = read_prompts(args.prompts_file)
+        prompts = read_prompts(args.prompts_file)  # a bad file is refused before any process starts
         if args.processes != 1:
             check_sessions(args.sessions)
             results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
