@@ -1,10 +1,11 @@
 """Run the whole stack and keep it up: the engine tier, the balancer, the app tier.
 
 Start-up order matters: the app is only useful once the engine answers, so the
-engine copies come first (``engine_tier``: each waited for until ``/health`` and
-``/v1/models`` answer), then HAProxy when a tier has several processes
-(``balancer``), then the Chainlit workers (``app_tier``), while the engine is
-warmed up with requests like the app's (``warmup``).  The chat URL is printed
+engine copies are waited for first (``engine_tier``: each until ``/health`` and
+``/v1/models`` answer).  What does not need the engine starts meanwhile: the
+Chainlit workers (``app_tier``) and, when a tier has several processes, HAProxy
+(``balancer``).  Then the engine is warmed up with requests like the app's
+(``warmup``) while the workers finish loading, and the chat URL is printed
 last.  After that the loop restarts whichever child dies, with a capped
 exponential backoff, and gives up with the doctor's diagnosis when an engine
 copy keeps failing.  Ctrl-C or SIGTERM stops every process group.
@@ -130,17 +131,28 @@ class Stack:
         self.engines.report()
         return self.info
 
-    def start_balancer(self) -> None:
+    def launch_balancer(self) -> None:
+        """HAProxy's process, started without waiting: it needs only the topology, so it
+        starts while the engine loads and is listening long before the engine serves."""
         config = balancer_config(self.topology,
                                  balancer.max_connections(balancer.open_files_limit()))
         if config is None:
             return
         self.balancer = balancer.managed_haproxy(config, self.root / ".cache" / "haproxy.cfg",
                                                  self.log_path.with_name("balancer.log"), self.root)
-        self.restart_balancer()
+        self.balancer.start()
+
+    def start_balancer(self) -> None:
+        if self.balancer is None:
+            self.launch_balancer()
+        if self.balancer is not None:
+            self.wait_for_balancer()
 
     def restart_balancer(self) -> None:
         self.balancer.start()
+        self.wait_for_balancer()
+
+    def wait_for_balancer(self) -> None:
         status = StatusLine("balancer")
         listening = wait_until(lambda: not port_free(*self.balancer_address()),
                                lambda: not self.balancer.alive(), 10, status, lambda: "starting HAProxy")
@@ -165,6 +177,10 @@ class Stack:
                             self.settings.engine_base_url, self.root, self.log_path, self.out)
         for worker in self.apps.workers:
             worker.proc.start()
+
+    def launch_front(self) -> None:
+        self.launch_app()
+        self.launch_balancer()
 
     def start_app(self) -> None:
         if self.apps is None:
@@ -193,8 +209,8 @@ class Stack:
         self.check_before_start()
         lap("checks")
         if self.settings.starts_engine:
-            self.start_engine(while_it_loads=self.launch_app)
-            lap("engine (the app loading meanwhile)")
+            self.start_engine(while_it_loads=self.launch_front)
+            lap("engine (the app and HAProxy loading meanwhile)")
         else:
             self.out(f"[engine] using the server at {self.settings.engine_url} (not started here)")
         self.start_balancer()
