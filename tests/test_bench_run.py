@@ -180,6 +180,25 @@ def test_plot_only_redraws_from_the_json(engine, tmp_path):
     assert len(list(out.glob("*.png"))) == 2
 
 
+def test_a_level_sent_from_two_client_processes_is_one_level(engine, tmp_path, capsys):
+    settings, _ = engine
+    before = metric(settings.engine_base_url, "vllm:request_success_total")
+    assert bench("--url", settings.engine_base_url, "--num-prompts", "8", "--concurrency", "4",
+                 "--processes", "2", "--input-len", "16", "--output-len", "8", "--no-plots",
+                 "--out", str(tmp_path)) == 0
+    assert "8/8" in capsys.readouterr().out.split("from 2 client processes")[0].splitlines()[-1]
+    level = json.loads((tmp_path / "bench.json").read_text())["levels"][0]
+    records, s = level["records"], level["summary"]
+    assert sorted(r["index"] for r in records) == list(range(8))   # each prompt once
+    assert all(r["success"] and r["output_tokens"] == 8 and r["prompt_tokens"] == 16 for r in records)
+    # One clock for the level: the first request of each process starts at once, none before 0.
+    assert 0 <= min(r["start_s"] for r in records) and sorted(r["start_s"] for r in records)[3] < 1.0
+    assert (s["completed"], s["total_output_tokens"]) == (8, 64)
+    assert 0 < s["duration_s"] and 0 <= s["client_cpu_fraction"] < 1
+    # The warm-up request and the 8 of the level reached vLLM, and nothing else.
+    assert metric(settings.engine_base_url, "vllm:request_success_total") - before == 9
+
+
 def test_load_stops_at_max_seconds_and_the_engine_drops_the_requests(engine, tmp_path):
     settings, _ = engine
     started = time.monotonic()

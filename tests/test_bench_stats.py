@@ -190,6 +190,53 @@ def test_vllm_comparison_pairs_figures_of_the_same_concurrency():
     assert "mean E2E (ms)" not in rows
 
 
+# --- a level over several client processes (bench --processes) ---------------------------
+
+def test_a_level_is_dealt_to_processes_as_one_process_workers_would_take_it():
+    from server.loadtest.bench_processes import deal
+    from server.loadtest.client_processes import even_shares
+    assert even_shares(10, 4) == [3, 3, 2, 2] and even_shares(1000, 4) == [250] * 4
+    prompts = [config.Prompt(f"p{i}", 8, 4) for i in range(10)]
+    shares = deal(prompts, concurrency=4, processes=2)
+    # Workers 0-1 in the first process, 2-3 in the second; worker w takes w, w+4, w+8.
+    assert [(workers, [i for i, _ in mine]) for workers, mine in shares] == [
+        (2, [0, 1, 4, 5, 8, 9]), (2, [2, 3, 6, 7])]
+    assert all(p.text == f"p{i}" for _, mine in shares for i, p in mine)
+    # More workers than prompts: only as many workers as prompts, still each prompt once.
+    assert [len(mine) for _, mine in deal(prompts[:3], concurrency=8, processes=3)] == [1, 1, 1]
+    with pytest.raises(config.BenchError, match="--processes 4 is more than the 3 requests in flight"):
+        deal(prompts[:3], concurrency=8, processes=4)
+
+
+def test_bench_refuses_more_processes_than_requests_in_flight(capsys):
+    from server import cli
+    assert cli.main(["bench", "--processes", "3", "--concurrency", "4,2"]) != 0
+    assert "--processes 3 is more than --concurrency 2" in capsys.readouterr().err
+    assert cli.main(["bench", "--processes", "17"]) != 0
+    assert "--processes must be between 1 and 16 (got 17)" in capsys.readouterr().err
+
+
+def test_a_client_process_sends_its_share_and_returns_its_records():
+    """The client's side of the protocol, run for real (python -m ...), against a port where
+    nothing listens: every request fails fast and is recorded with its error."""
+    from server.loadtest.bench_processes import READY, record_from_dict, spec
+    cfg = config.BenchConfig(url="http://127.0.0.1:9", api_key="sk-secret", request_timeout_s=5)
+    mine = [(3, config.Prompt("a", 1, 2)), (7, config.Prompt("b", 1, 2))]
+    child = subprocess.Popen([sys.executable, "-m", "server.loadtest.bench_processes"], cwd=ROOT,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    child.stdin.write(spec(cfg, "m", 4, True, 1, mine) + "\n")
+    child.stdin.flush()
+    assert child.stderr.readline().strip() == READY
+    out, err = child.communicate("go 30\n", timeout=60)
+    assert child.returncode == 0, err
+    result = json.loads(out)
+    records = [record_from_dict(r) for r in result["records"]]
+    assert [(r.index, r.concurrency, r.success) for r in records] == [(3, 4, False), (7, 4, False)]
+    assert all(r.error for r in records) and result["cpu_s"] >= 0
+    assert "sk-secret" not in out + err
+
+
 # --- the streaming connection, against a scripted server ------------------------------------
 
 def sse_response(*events, status="200 OK", close=False) -> bytes:

@@ -212,9 +212,11 @@ def test_a_client_process_that_cannot_reach_the_app_stops_the_run_with_its_reaso
     url = f"http://127.0.0.1:{free_port()}"
     assert cli.main(["qa-load", "--url", url, "--sessions", "4", "--processes", "2"]) == 2
     err = capsys.readouterr().err
-    assert "ERROR: client process" in err and "stopped before its chats were open: ERROR:" in err, err
-    assert cli.main(["qa-load", "--url", url, "--users", "4", "--processes", "2"]) == 2
-    assert "--processes is for a burst" in capsys.readouterr().err
+    assert "ERROR: client process" in err and "stopped before it was ready: ERROR:" in err, err
+    # Users from two processes: each checks the app first, and says why it cannot.
+    assert cli.main(["qa-load", "--url", url, "--users", "4", "--processes", "2"]) != 0
+    err = capsys.readouterr().err
+    assert "users client process" in err and "stopped before it was ready: users client:" in err, err
 
 
 # --- the real app -------------------------------------------------------------------

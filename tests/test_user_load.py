@@ -14,7 +14,8 @@ import pytest
 
 from server import cli
 from server.loadtest import capacity, qa_load
-from server.loadtest.user_load import Target, run_user_load
+from server.loadtest.user_chats import Target
+from server.loadtest.user_load import run_user_load
 from server.loadtest.users import UserModel
 from tests.test_qa_load import QA_MAX_TOKENS, short_replies_app  # noqa: F401  (a fixture)
 
@@ -41,6 +42,25 @@ def test_users_chat_several_turns_through_the_app(short_replies_app, tmp_path, c
     assert sum(float(r["tokens"]) for r in seconds) == pytest.approx(36 * QA_MAX_TOKENS)
     assert max(int(r["users_active"]) for r in seconds) <= 12
     assert (out / "timeline.png").stat().st_size > 10_000
+
+
+def test_users_from_two_client_processes_are_judged_as_one_run(short_replies_app, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "users"
+    code = cli.main(["qa-load", "--url", short_replies_app.app_url, "--users", "8", "--turns", "2",
+                     "--think-s", "0.5", "--ramp-s", "2", "--reply-timeout-s", "90", "--processes", "2",
+                     "--no-plots", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    assert "(2 client processes)" in printed.err
+    result = json.loads((out / "summary.json").read_text())
+    s = result["summary"]
+    assert result["processes"] == 2 and [u["user"] for u in result["users"]] == list(range(8))
+    assert (s["users"], s["opened"], s["messages"], s["complete"]) == (8, 8, 16, 16)
+    assert (s["lost"], s["crossed"], s["incomplete"], s["errors"]) == (0, 0, 0, 0)
+    # One clock: user i arrived at i x ramp / users, whichever process ran it.
+    assert [u["arrived_s"] for u in result["users"]] == pytest.approx([i * 2 / 8 for i in range(8)])
+    assert all(u["opened_s"] >= u["arrived_s"] for u in result["users"])
+    assert sum(float(r["tokens"]) for r in result["seconds"]) == pytest.approx(16 * QA_MAX_TOKENS)
 
 
 async def test_the_same_users_straight_to_the_engine(engine):
@@ -78,3 +98,21 @@ def test_capacity_finds_users_within_an_objective_its_table_agrees_with(short_re
     assert found == max(n for n in passed if not failed or n < min(failed))
     assert (out / "capacity.png").stat().st_size > 10_000
     assert capacity.render_table(result["steps"]).count("\n") == len(result["steps"])
+
+
+def test_capacity_shares_each_steps_users_over_client_processes(engine, tmp_path, capsys):
+    settings, _ = engine
+    out = tmp_path / "capacity"
+    code = cli.main(["capacity", "--through", "engine", "--url", settings.engine_base_url,
+                     "--objective-ttft-p99-ms", "60000", "--objective-tokens-per-s", "0.1",
+                     "--start-users", "4", "--max-users", "4", "--step-s", "4", "--ramp-s", "1",
+                     "--think-s", "0.5", "--output-len", "8", "--processes", "2", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    assert "users from 2 client processes" in printed.out
+    result = json.loads((out / "capacity.json").read_text())
+    assert result["client_processes"] == 2 and result["users_within"] == 4
+    step = json.loads((out / "users-4-try-1" / "summary.json").read_text())
+    assert step["processes"] == 2 and [u["user"] for u in step["users"]] == [0, 1, 2, 3]
+    assert step["summary"]["errors"] == 0 and step["summary"]["complete"] >= 4
+    assert {r["user"] for r in step["replies"]} == {0, 1, 2, 3}

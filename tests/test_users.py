@@ -122,6 +122,34 @@ async def test_users_arrive_over_the_ramp_and_speak_their_turns_with_pauses():
     assert len({p.split("]")[0] for p in prompts}) == 4  # one tag per user, on every message
 
 
+async def test_a_client_process_runs_its_share_of_users_as_one_process_would():
+    model = UserModel(users=5, turns=2, think_s=0.1, ramp_s=0.5)
+    whole = await run_users(model, lambda i, tag: ScriptedChat(0.01, []), ["a"])
+    share = await run_users(model, lambda i, tag: ScriptedChat(0.01, []), ["a"], share=(1, 2))
+    assert [u.user for u in share.users] == [1, 3]
+    assert [u.arrived_s for u in share.users] == [whole.users[1].arrived_s, whole.users[3].arrived_s]
+    # Each user thinks with its own seed: the pause between its two messages is the same.
+    def pause(run, user: int) -> float:
+        first, second = sorted(r.sent_s for r in run.replies if r.user == user)
+        return second - first
+    for user in (1, 3):
+        assert pause(share, user) == pytest.approx(pause(whole, user), abs=0.03)
+
+
+def test_the_live_counts_of_client_processes_add_up():
+    from server.loadtest.user_processes import added, check_processes
+    from server.loadtest.user_stats import live_counts, live_line
+    a = live_counts([UserRecord(0, 0.0, 0.1)], [reply(0, 0, 0.0, total_s=None)], now=5.0)
+    b = live_counts([UserRecord(1, 0.5, 0.6), UserRecord(3, 1.0)], [reply(1, 0, 1.0)], now=5.0)
+    both = added([a, b])
+    assert (both["present"], both["users"], both["waiting"], both["done"], both["tokens"]) == (3, 3, 1, 1, 41)
+    assert live_line(both).startswith("users 3/3  in flight 1  replies/s 0.2  tokens/s 8")
+    with pytest.raises(UsersError, match="--processes 3 is more than the 2 users"):
+        check_processes(3, 2)
+    with pytest.raises(UsersError, match="between 1 and 16"):
+        check_processes(17, 100)
+
+
 async def test_no_message_is_sent_after_the_window():
     model = UserModel(users=2, turns=0, think_s=0.1, ramp_s=0.1, window_s=0.6)
     run = await run_users(model, lambda i, tag: ScriptedChat(0.05, []), ["a"])

@@ -23,8 +23,10 @@ plots, which is imported only when they are wanted (or later:
 
 The parts, in the order a request meets them: ``config`` (what is sent),
 ``target`` (the server), ``prompts`` (exact lengths), ``stream`` (one request on
-the wire), ``run`` (levels of concurrency), ``stats`` (the figures), ``report``
-(table, files, plots).  This module is only the command line.
+the wire), ``workers`` (the closed loop of a level), ``run`` (levels of
+concurrency; ``bench_processes`` when a level is shared over client processes),
+``stats`` (the figures), ``report`` (table, files, plots).  This module is only
+the command line.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.loadtest.client_processes import MAX_PROCESSES
 from server.loadtest.config import BenchConfig, BenchError, Load
 from server.loadtest.report import draw_plots, render, render_comparison, save, vllm_comparison
 from server.loadtest.run import BenchResult, run_bench
@@ -87,6 +90,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--request-timeout-s", type=float, default=300.0,
                       help="give up on a request after this long without a chunk (default 300)")
     load.add_argument("--warmup", type=int, default=1, help="unmeasured requests first (default 1)")
+    load.add_argument("--processes", type=int, default=1,
+                      help="client processes that share each level's requests and send at once "
+                           "(default 1; one process reading a thousand streams measures itself: "
+                           "give 4 for 1,000 in flight, as qa-load --processes)")
     load.add_argument("--seed", type=int, default=0)
 
 
@@ -101,6 +108,11 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         raise BenchError("--range-ratio must be in [0, 1).")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise BenchError(f"--top-p must be in (0, 1] (got {args.top_p}).")
+    if not 1 <= args.processes <= MAX_PROCESSES:
+        raise BenchError(f"--processes must be between 1 and {MAX_PROCESSES} (got {args.processes}).")
+    if args.processes > min(args.concurrency):
+        raise BenchError(f"--processes {args.processes} is more than --concurrency {min(args.concurrency)}: "
+                         "each client process needs at least one request in flight.")
     return BenchConfig(
         url=url.rstrip("/").removesuffix("/v1"), api_key=api_key, model=model,
         concurrencies=args.concurrency,
@@ -108,7 +120,8 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
                   from_usage, args.seed),
         ignore_eos=args.ignore_eos, max_seconds=args.max_seconds,
         request_timeout_s=args.request_timeout_s, warmup=max(0, args.warmup),
-        temperature=args.temperature, top_p=args.top_p, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms))
+        temperature=args.temperature, top_p=args.top_p, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms),
+        processes=args.processes)
 
 
 def add_parser(sub) -> None:

@@ -33,7 +33,8 @@ from typing import Optional
 
 from server.errors import LoadTestError
 from server.loadtest import user_report
-from server.loadtest.user_load import PATHS, Target, run_user_load
+from server.loadtest.user_chats import PATHS, Target
+from server.loadtest.user_load import run_user_load
 from server.loadtest.users import MAX_USERS, UserModel
 from server.paths import RESULTS_DIR
 
@@ -120,7 +121,7 @@ def answer(rows: list[dict], objective: Objective, max_users: int, through: str)
 
 async def search(target: Target, objective: Objective, base: UserModel, prompts: list[str],
                  start: int, max_users: int, precision: float, retries: int,
-                 out_dir: Path) -> list[dict]:
+                 out_dir: Path, processes: int = 1) -> list[dict]:
     rows: list[dict] = []
     while (users := next_users({r["users"]: r["pass"] for r in rows}, start, max_users,
                                precision)) is not None:
@@ -128,7 +129,7 @@ async def search(target: Target, objective: Objective, base: UserModel, prompts:
                           window_s=base.window_s, reply_timeout_s=base.reply_timeout_s,
                           seed=base.seed)
         for attempt in range(1 + retries):
-            result = await run_user_load(target, model, prompts, f"capacity {users} users")
+            result = await run_user_load(target, model, prompts, f"capacity {users} users", processes)
             user_report.save(result, out_dir / f"users-{users}-try-{attempt + 1}", plots=False)
             row = {**step_row(users, result["summary"], objective), "tries": attempt + 1}
             print(render_table([row]).splitlines()[-1], flush=True)
@@ -140,21 +141,26 @@ async def search(target: Target, objective: Objective, base: UserModel, prompts:
 
 
 def run(target: Target, objective: Objective, base: UserModel, prompts: list[str], start: int,
-        max_users: int, precision: float, retries: int, out_dir: Path) -> dict:
+        max_users: int, precision: float, retries: int, out_dir: Path, processes: int = 1) -> dict:
     if not 1 <= start <= max_users <= MAX_USERS:
         raise CapacityError(f"Need 1 <= --start-users <= --max-users <= {MAX_USERS}.")
     if objective.ttft_p99_ms <= 0 or objective.tokens_per_s < 0 or not 0 <= precision < 1 or retries < 0:
         raise CapacityError("The objective must be positive, --precision in [0, 1) and --retries >= 0.")
+    if processes > start:
+        raise CapacityError(f"--processes {processes} is more than --start-users {start}: each "
+                            "client process needs at least one user.")
     print(f"capacity through the {target.through} at {target.url}: steps of {base.window_s:g} s "
-          f"(ramp {base.ramp_s:g} s), think {base.think_s:g} s")
+          f"(ramp {base.ramp_s:g} s), think {base.think_s:g} s"
+          + (f", users from {processes} client processes" if processes > 1 else ""))
     print(render_table([]))
     rows = asyncio.run(search(target, objective, base, prompts, start, max_users, precision, retries,
-                              out_dir))
+                              out_dir, processes))
     result = {"kind": "ernie-chat capacity", "through": target.through, "url": target.url,
               "objective": {"ttft_p99_ms": objective.ttft_p99_ms,
                             "tokens_per_s": objective.tokens_per_s},
               "user_model": {"think_s": base.think_s, "ramp_s": base.ramp_s,
                              "window_s": base.window_s, "seed": base.seed},
+              "client_processes": processes,
               "steps": rows, "users_within": bounds({r["users"]: r["pass"] for r in rows})[0],
               "answer": answer(rows, objective, max_users, target.through)}
     return result
@@ -191,6 +197,10 @@ def add_parser(sub) -> None:
                      "(default ERNIE_MAX_TOKENS, what the app asks for)")
     cap.add_argument("--prompts-file", type=Path, help="one prompt per line, used in turn")
     cap.add_argument("--seed", type=int, default=0)
+    cap.add_argument("--processes", type=int, default=1,
+                     help="client processes sharing each step's users (default 1). One process "
+                          "driving a thousand users adds to the times it reports, so its "
+                          "ceilings are lower bounds: give 4 past ~500 users")
     cap.add_argument("--out", type=Path, help="results folder (default benchmarks/results/<time>/)")
     cap.set_defaults(func=cmd_capacity)
 
@@ -209,7 +219,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     out_dir = args.out or RESULTS_DIR / time.strftime("capacity-%Y%m%d-%H%M%S")
     result = run(target, Objective(args.objective_ttft_p99_ms, args.objective_tokens_per_s), base,
                  read_prompts(args.prompts_file), args.start_users, args.max_users, args.precision,
-                 args.retries, out_dir)
+                 args.retries, out_dir, args.processes)
     print(result["answer"])
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "capacity.json"

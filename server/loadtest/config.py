@@ -47,6 +47,7 @@ class BenchConfig:
     temperature: Optional[float] = None  # None: the server's default, as vllm bench serve
     top_p: Optional[float] = None
     slo: Slo = field(default_factory=Slo)
+    processes: int = 1  # client processes a level's requests are shared over (bench_processes)
 
     @property
     def sampling(self) -> dict:

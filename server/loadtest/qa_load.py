@@ -245,8 +245,6 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         else:
             from server.settings import load_settings
             url = load_settings().app_url
-        if args.users is not None and args.processes != 1:
-            raise QaLoadError("--processes is for a burst (--sessions); --users runs in one process.")
         if args.users is not None:
             from server.loadtest import user_load
             return user_load.cmd_users(args, url, read_prompts(args.prompts_file))

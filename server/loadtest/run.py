@@ -1,8 +1,8 @@
 """Running the load: the warm-up, one concurrency level, then every level of a run.
 
-A closed loop like ``vllm bench serve --max-concurrency`` with its default
-infinite request rate: ``concurrency`` workers each send one request after
-another until the level's prompts are used up or the time limit is reached.
+A level is a closed loop (``workers``): ``concurrency`` workers each send one request
+after another until the level's prompts are used up or the time limit is reached, in
+this process or shared over several (``bench --processes``: ``bench_processes``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from server.loadtest.prompts import prepare, prompts_sharegpt
 from server.loadtest.stats import LevelSummary, RequestRecord, summarize_level
 from server.loadtest.stream import StreamConnection, completion_body, send
 from server.loadtest.target import add_server_view, server_counters
+from server.loadtest.workers import run_workers
 from server.progress import StatusLine
 
 WARMUP_MAX_TOKENS = 16
@@ -104,27 +105,9 @@ def progress_text(records: list[RequestRecord], total: int, concurrency: int, wi
 async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurrency: int,
                     ignore_eos: bool, deadline: float,
                     status: StatusLine) -> tuple[list[RequestRecord], float]:
-    """All ``prompts`` with at most ``concurrency`` in flight, stopped at ``deadline``.
-
-    Requests still running at the deadline are cancelled (which closes their
-    streams) and recorded as failed; ones never started are not recorded.
-    """
+    """All ``prompts`` with at most ``concurrency`` in flight, stopped at ``deadline``."""
     records: list[RequestRecord] = []
-    todo = iter(enumerate(prompts))  # shared by the workers: each prompt is taken once
     started = time.perf_counter()
-
-    async def worker() -> None:
-        conn = StreamConnection(cfg.url, cfg.api_key, cfg.request_timeout_s)
-        try:
-            for index, prompt in todo:
-                if time.monotonic() >= deadline:
-                    return
-                record = RequestRecord(index, concurrency, prompt.prompt_tokens, prompt.max_tokens,
-                                       start_s=time.perf_counter() - started)
-                records.append(record)
-                await send(conn, completion_body(model, prompt, ignore_eos, cfg.sampling), record)
-        finally:
-            conn.close()
 
     async def tick() -> None:
         while True:
@@ -132,16 +115,13 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
             await asyncio.sleep(0.5)
 
     ticker = asyncio.create_task(tick())
-    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(prompts)))]
-    _, late = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()))
-    for task in [*late, ticker]:
-        task.cancel()
-    await asyncio.gather(*late, ticker, return_exceptions=True)
-    duration = time.perf_counter() - started
-    for record in records:
-        if not record.success and not record.error:
-            record.error = "cancelled at the time limit (--max-seconds)"
-    return records, duration
+    try:
+        await run_workers(cfg, model, iter(enumerate(prompts)), min(concurrency, len(prompts)),
+                          concurrency, ignore_eos, deadline, started, records)
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+    return records, time.perf_counter() - started
 
 
 async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = None) -> BenchResult:
@@ -178,16 +158,23 @@ async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = 
         status = StatusLine("bench")
         server_before = await server_counters(cfg)
         cpu_before = time.process_time()
-        records, duration = await run_level(
-            cfg, model, prompts[first:first + cfg.load.num_prompts], concurrency,
-            ignore_eos, deadline, status)
+        level_prompts = prompts[first:first + cfg.load.num_prompts]
+        if cfg.processes > 1:
+            from server.loadtest import bench_processes
+            records, duration, cpu_s = await bench_processes.run_level(
+                cfg, model, level_prompts, concurrency, ignore_eos, deadline, status)
+        else:
+            records, duration = await run_level(cfg, model, level_prompts, concurrency,
+                                                ignore_eos, deadline, status)
+            cpu_s = time.process_time() - cpu_before
         summary = summarize_level(records, duration, cfg.slo)
         add_server_view(summary, server_before, await server_counters(cfg))
-        # A saturated client measures itself, not the server: say so in the result.
-        summary.client_cpu_fraction = (time.process_time() - cpu_before) / duration
+        # A saturated client measures itself, not the server: say so in the result (with
+        # several client processes, the busiest one's share of its core).
+        summary.client_cpu_fraction = cpu_s / duration
         summary.not_sent = cfg.load.num_prompts - len(records)
-        status.done(progress_text(records, cfg.load.num_prompts, concurrency)
-                    + f" in {duration:.1f} s")
+        status.done(progress_text(records, cfg.load.num_prompts, concurrency) + f" in {duration:.1f} s"
+                    + (f" from {cfg.processes} client processes" if cfg.processes > 1 else ""))
         results.append(Level(concurrency, summary, [r.as_dict() for r in records]))
     return BenchResult(started, {"url": cfg.url, "model": model, "max_model_len": max_model_len},
                        {**cfg.as_dict(), "ignore_eos_sent": ignore_eos, "prompt_lengths": counted_by},

@@ -4,7 +4,8 @@ The user model (``server.loadtest.users``) drives either kind the same way:
 ``open``, then ``ask`` once per turn, then ``close``.  ``ask`` returns what the
 user saw of one reply (a :class:`Reply`); what could cross between chats is
 checked on the app's side only, since the engine's streams are separate HTTP
-responses.
+responses. ``Target`` says where the users go, and ``chat_factory`` checks it answers
+and builds each user's chat for it.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from __future__ import annotations
 import time
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
-from server.loadtest.chat_socket import ChatSession, SessionRecord
+import httpx
+
+from server.errors import LoadTestError
+from server.loadtest.chat_socket import ChatSession, SessionRecord, check_app
+from server.loadtest.config import BenchConfig
 from server.loadtest.stream import StreamConnection, StreamError
+from server.loadtest.target import served_model
 
 
 @dataclass
@@ -112,3 +118,42 @@ class EngineChat:
 
     async def close(self) -> None:
         self.conn.close()
+
+
+# --- where the users go --------------------------------------------------------------
+
+PATHS = ("app", "engine")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the users go, and what a direct chat sends (the app decides that itself)."""
+
+    through: str                 # "app" or "engine"
+    url: str
+    api_key: Optional[str] = None
+    system_prompt: str = ""
+    max_tokens: int = 512
+    ignore_eos: bool = False
+    temperature: Optional[float] = None  # None: the engine's default
+    top_p: Optional[float] = None
+
+    def sampling(self) -> dict:
+        """What a direct chat sends besides the messages, as the app would."""
+        body = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
+        body = {k: v for k, v in body.items() if v is not None}
+        return {**body, "ignore_eos": True} if self.ignore_eos else body
+
+
+async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int, str], Chat]:
+    """Check the target answers, then return a function that builds one user's chat."""
+    if target.through == "app":
+        await check_app(target.url)
+        return lambda index, tag: AppChat(target.url, index, tag)
+    if target.through != "engine":
+        raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
+    cfg = BenchConfig(url=target.url, api_key=target.api_key)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        model, _ = await served_model(http, cfg)
+    return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
+                                         target.sampling(), reply_timeout_s)

@@ -1,10 +1,12 @@
 """Run the user model against the app or the engine, with a live status line.
 
 ``qa-load --users N`` and every step of ``capacity`` come through here: the
-chats are built for the chosen path (the app's websocket, or the engine's
-OpenAI API with the same prompts, system prompt and reply length), the run
-shows one live line on stderr (users present, replies and tokens per second,
-TTFT of the last seconds, errors), and the result is ``user_report``'s JSON.
+chats are built for the chosen path (``user_chats.chat_factory``: the app's
+websocket, or the engine's OpenAI API with the same prompts, system prompt and
+reply length), the run shows one live line on stderr (users present, replies
+and tokens per second, TTFT of the last seconds, errors), and the result is
+``user_report``'s JSON. With ``processes`` > 1 the users are shared over that
+many client processes (``user_processes``) and judged as one run.
 """
 
 from __future__ import annotations
@@ -12,64 +14,24 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
-import httpx
-
-from server.loadtest.config import BenchConfig
-from server.loadtest.chat_socket import check_app
-from server.loadtest.target import served_model
-from server.loadtest.user_chats import AppChat, Chat, EngineChat
+from server.loadtest import user_processes
+from server.loadtest.user_chats import Target, chat_factory
 from server.loadtest.user_report import result_of
 from server.loadtest.user_stats import live
-from server.loadtest.users import UserModel, UsersError, run_users
+from server.loadtest.users import UserModel, run_users
 from server.paths import RESULTS_DIR
 from server.progress import StatusLine
 
-PATHS = ("app", "engine")
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the users go, and what a direct chat sends (the app decides that itself)."""
-
-    through: str                 # "app" or "engine"
-    url: str
-    api_key: Optional[str] = None
-    system_prompt: str = ""
-    max_tokens: int = 512
-    ignore_eos: bool = False
-    temperature: Optional[float] = None  # None: the engine's default
-    top_p: Optional[float] = None
-
-    def sampling(self) -> dict:
-        """What a direct chat sends besides the messages, as the app would."""
-        body = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
-        body = {k: v for k, v in body.items() if v is not None}
-        return {**body, "ignore_eos": True} if self.ignore_eos else body
-
-
-async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int, str], Chat]:
-    """Check the target answers, then return a function that builds one user's chat."""
-    if target.through == "app":
-        await check_app(target.url)
-        return lambda index, tag: AppChat(target.url, index, tag)
-    if target.through != "engine":
-        raise UsersError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
-    cfg = BenchConfig(url=target.url, api_key=target.api_key)
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        model, _ = await served_model(http, cfg)
-    return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
-                                         target.sampling(), reply_timeout_s)
-
 
 async def run_user_load(target: Target, model: UserModel, prompts: list[str],
-                        label: str = "users") -> dict:
+                        label: str = "users", processes: int = 1) -> dict:
     model.check()
-    make_chat = await chat_factory(target, model.reply_timeout_s)
     status = StatusLine(label, stream=sys.stderr, plain_every_s=5.0)
+    if processes > 1:
+        return await user_processes.run(target, model, prompts, processes, status)
+    make_chat = await chat_factory(target, model.reply_timeout_s)
     run = await run_users(model, make_chat, prompts,
                           tick=lambda r: status.update(live(r.users, r.replies, r.now())))
     status.done(live(run.users, run.replies, run.wall_s))
@@ -108,7 +70,7 @@ def user_model(args, users: int) -> UserModel:
 def cmd_users(args, url: str, prompts: list[str]) -> int:
     from server.loadtest import user_report
     result = asyncio.run(run_user_load(Target("app", url.rstrip("/")), user_model(args, args.users),
-                                       prompts, "qa-load"))
+                                       prompts, "qa-load", args.processes))
     print(user_report.render(result))
     for path in user_report.save(result, args.out or RESULTS_DIR / time.strftime("%Y%m%d-%H%M%S"),
                                  plots=not args.no_plots):

@@ -7,25 +7,31 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from server.loadtest.chat_socket import count_crossed
+from server.loadtest.chat_socket import SessionRecord, count_crossed
 from server.loadtest.user_stats import per_second, summarize_users
-from server.loadtest.users import UsersRun
+from server.loadtest.users import ReplyRecord, UserModel, UserRecord, UsersRun
 
 
 def result_of(run: UsersRun, url: str, through: str) -> dict:
     """The run as JSON: the model, the summary with its verdict, every user and reply."""
     sessions = [chat.session.record for chat in run.chats if chat.session is not None]
+    return result_from(run.model, run.users, run.replies, sessions, run.wall_s, url, through)
+
+
+def result_from(model: UserModel, users: list[UserRecord], replies: list[ReplyRecord],
+                sessions: list[SessionRecord], wall_s: float, url: str, through: str) -> dict:
+    """The same from the parts, which may come from several client processes (a message that
+    reached chats of two of them is still crossed)."""
     crossed: Optional[int] = count_crossed(sessions) if through == "app" else None
-    model = run.model
-    summary = summarize_users(run.users, run.replies, crossed, run.wall_s, model.ramp_s, model.window_s)
+    summary = summarize_users(users, replies, crossed, wall_s, model.ramp_s, model.window_s)
     return {"kind": "ernie-chat qa-load users", "url": url, "through": through,
             "model": {"users": model.users, "turns": model.turns, "think_s": model.think_s,
                       "ramp_s": model.ramp_s, "window_s": model.window_s,
                       "reply_timeout_s": model.reply_timeout_s, "seed": model.seed},
             "summary": summary,
-            "seconds": per_second(run.users, run.replies, run.wall_s),
-            "users": [vars(u) for u in run.users],
-            "replies": [r.as_dict() for r in run.replies]}
+            "seconds": per_second(users, replies, wall_s),
+            "users": [vars(u) for u in users],
+            "replies": [r.as_dict() for r in replies]}
 
 
 def fmt(value: Optional[float], digits: int = 0) -> str:

@@ -135,18 +135,30 @@ def spread_tokens(rows: list[dict], r: ReplyRecord) -> None:
         second += 1
 
 
+def live_counts(users: list[UserRecord], replies: list[ReplyRecord], now: float,
+                window_s: float = LIVE_WINDOW_S) -> dict:
+    """What the status line shows, as numbers that several client processes can add up."""
+    since = max(0.0, now - window_s)
+    done = [r for r in replies if r.done_at is not None and since <= r.done_at <= now and not r.error]
+    return {"present": sum(u.arrived_s <= now and (u.left_s is None or u.left_s > now) for u in users),
+            "users": len(users), "waiting": sum(r.total_s is None and not r.error for r in replies),
+            "done": len(done), "tokens": sum(r.tokens or 0 for r in done),
+            "errors": sum(bool(r.error) for r in replies) + sum(bool(u.error) for u in users),
+            "span_s": max(1e-9, now - since)}
+
+
+def live_line(counts: dict) -> str:
+    span = counts["span_s"]
+    return (f"users {counts['present']}/{counts['users']}  in flight {counts['waiting']}  "
+            f"replies/s {counts['done'] / span:.1f}  tokens/s {counts['tokens'] / span:.0f}")
+
+
 def live(users: list[UserRecord], replies: list[ReplyRecord], now: float,
          window_s: float = LIVE_WINDOW_S) -> str:
     """The status line: who is there now, and what the last ``window_s`` seconds looked like."""
     since = max(0.0, now - window_s)
-    span = max(1e-9, now - since)
-    present = sum(u.arrived_s <= now and (u.left_s is None or u.left_s > now) for u in users)
-    done = [r for r in replies if r.done_at is not None and since <= r.done_at <= now and not r.error]
+    counts = live_counts(users, replies, now, window_s)
     ttft = [r.ttft_s for r in replies if r.first_token_at is not None and since <= r.first_token_at <= now]
-    waiting = sum(r.total_s is None and not r.error for r in replies)
-    errors = sum(bool(r.error) for r in replies) + sum(bool(u.error) for u in users)
     fmt = lambda v: "-" if v is None else f"{v:.0f}"
-    return (f"users {present}/{len(users)}  in flight {waiting}  "
-            f"replies/s {len(done) / span:.1f}  tokens/s {sum(r.tokens or 0 for r in done) / span:.0f}  "
-            f"TTFT p50 {fmt(pct(ttft, 50, MS))} p99 {fmt(pct(ttft, 99, MS))} ms (last {window_s:.0f} s)  "
-            f"errors {errors}")
+    return (f"{live_line(counts)}  TTFT p50 {fmt(pct(ttft, 50, MS))} p99 {fmt(pct(ttft, 99, MS))} ms "
+            f"(last {window_s:.0f} s)  errors {counts['errors']}")

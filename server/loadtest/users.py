@@ -166,22 +166,27 @@ async def one_user(run: UsersRun, chat: Chat, user: UserRecord, prompts: list[st
 
 
 async def run_users(model: UserModel, make_chat: Callable[[int, str], Chat], prompts: list[str],
-                    tick: Optional[Callable[[UsersRun], Awaitable[None] | None]] = None) -> UsersRun:
-    """Run the user model to its end; ``tick(run)`` is called about once a second meanwhile."""
+                    tick: Optional[Callable[[UsersRun], Awaitable[None] | None]] = None,
+                    share: Optional[tuple[int, int]] = None) -> UsersRun:
+    """Run the user model to its end; ``tick(run)`` is called about once a second meanwhile.
+    ``share`` (i, k): only the users whose number is i modulo k, as client process i of k
+    runs them (``user_processes``), each arriving and thinking as in one process."""
     model.check()
     if not prompts:
         raise UsersError("There must be at least one prompt.")
     run = UsersRun(model)
     code = secrets.token_hex(3)  # two runs at once never share a tag
     rng = random.Random(model.seed)
+    seeds = [rng.random() for _ in range(model.users)]  # each user's, whichever process runs it
+    mine, of = share or (0, 1)
     tasks = []
-    for i in range(model.users):
+    for i in range(mine, model.users, of):
         tag = user_tag(code, i)
         chat = make_chat(i, tag)
         run.chats.append(chat)
         run.users.append(UserRecord(i, model.arrival_s(i)))
         tasks.append(asyncio.create_task(
-            one_user(run, chat, run.users[-1], prompts, tag, random.Random(rng.random()))))
+            one_user(run, chat, run.users[-1], prompts, tag, random.Random(seeds[i]))))
 
     async def ticker() -> None:
         while True:
