@@ -19,8 +19,14 @@
 #          2026-12-02, fifth session: everything above built by `bash benchmarks/gpu/prepare.sh` in
 #          19-MiB pieces (the fourth session's calls, below), then
 #          `queue fork-start triton-shared crowd-clients` and `queue clients-both` (cap-both did not fit)
-#          Next session (prepared): `queue fork-start cap-both clients-both` (fork-start's first start
-#          now has the forked model probe; clients-both's app side is `qa-load --processes 4`)
+#          2026-12-02, sixth session: `queue fork-start cap-both clients-both` (cap-both cut at its
+#          call's end), the machine lost between calls, then on a fresh one `queue fork-start
+#          clients-both` and `fork-start` again; `bash benchmarks/gpu/import_cost.sh` on a third
+#          Next session (prepared, three calls after the setup): `queue fork-start later-source
+#          later-bytecode` (later starts without and with byte-code for the machine's torch), then
+#          `queue cap-both` alone (it needs a whole call), then `queue clients-both` (its direct side
+#          now one `bench --processes 4`). Make each call right after the last: the machine is given
+#          back 30 s after a call, and a new one starts bare (this session lost one that way).
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
 #          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
 #          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
@@ -91,12 +97,13 @@ direct_burst() {  # direct_burst OUT N [BENCH ARGS...]: N requests at once to vL
         "$@" --no-plots --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
 }
 capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO [app|engine]]: within the call's
-                        # time, less SLACK_S
+                        # time, less SLACK_S; the users from 4 client processes since the sixth
+                        # session (before: one, whose ceilings were lower bounds)
     local through=${5:-app}
     echo "--- capacity through the $through, past ${3:-1000} users"
     timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through "$through" --start-users "${3:-1000}" \
         --max-users "${4:-2000}" --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
-        --out "/tmp/res/$1/capacity-$through" 2>&1 | tail -n 8
+        --processes 4 --out "/tmp/res/$1/capacity-$through" 2>&1 | tail -n 8
 }
 caches() {  # caches NAME WHEN: what Triton's, Inductor's and vLLM's compile caches hold (the
             # kernel warm-up's cause: with compile on, Inductor kept Triton's cache per configuration
@@ -274,8 +281,10 @@ case $phase in
   fork-start)  # 2026-12-02, fifth session, first on a fresh machine: the defaults (4 API servers), the
                # first start, then later ones with the API servers forked (vllm_serve, now auto on
                # a GPU) and spawned as vLLM does; their metrics must still add up over the servers
-    each_start "$phase" summed_metrics "later-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
-        "later-fork-2" || exit 1 ;;
+    # (until the sixth session named "later-fork", "later-spawn ...", "later-fork-2": on a fresh
+    # machine the first of them is its first start)
+    each_start "$phase" summed_metrics "first-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
+        "later-fork" || exit 1 ;;
   triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
                   # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
                   # drop from 12-17 s to ~1 s once the first start has compiled vLLM's kernels
@@ -317,11 +326,10 @@ PY
     for round in 1 2; do
         (( $(left) > 45 )) || break
         d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
-        # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json)
+        # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json; fifth and
+        # sixth: four bench processes of 250 started by hand, direct-1..4, each with its own start)
         cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
-        for i in 1 2 3 4; do direct_burst "clients-both/r$round/direct-$i" 250 --temperature 0.7 --top-p 0.9 \
-            > /dev/null & pids+=($!); done
-        wait "${pids[@]}"
+        direct_burst "clients-both/r$round/direct" 1000 --processes 4 --temperature 0.7 --top-p 0.9
         .venv/bin/python - "$d" <<'PY'
 import json, statistics, sys
 from pathlib import Path
@@ -329,11 +337,21 @@ d = Path(sys.argv[1])
 app = sorted(1000 * c["ttft_s"] for c in json.loads((d / "app.json").read_text())["sessions"]
              if c.get("ttft_s") is not None)
 print(f"app, 4 clients x 250: {len(app)} first tokens, TTFT ms p50/p99 {statistics.median(app):.0f}/{app[int(0.99 * len(app))]:.0f}")
-for i in range(1, 5):
-    print(f"direct client {i}:", " ".join((d / f"direct-{i}.txt").read_text().split("\n")[-6:]).strip()[:300])
 PY
     done
     up_stop ;;
+  later-source|later-bytecode)  # to run next: 3 later starts of the defaults, as the lent machine has
+                                # its torch (no byte-code: PYTHONDONTWRITEBYTECODE=1 there, so every
+                                # start compiles torch's and sympy's modules again), then with them
+                                # byte-compiled as pip would have (benchmarks/gpu/import_cost.sh:
+                                # `import torch, torch._dynamo` 6.0-6.4 s -> 3.1-3.7 s)
+    if [ "$phase" = later-bytecode ]; then
+        site=$(.venv-engine/bin/python -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+        export PYTHONPYCACHEPREFIX=/tmp/pycache-prefix
+        start=$SECONDS; .venv-engine/bin/python -m compileall -q -j 0 "$site" /tmp/site >/dev/null 2>&1
+        echo "byte-compiled $site and /tmp/site into $PYTHONPYCACHEPREFIX in $((SECONDS - start)) s"
+    fi
+    each_start "$phase" true "later-1" "later-2" "later-3" || exit 1 ;;
   cap-2copies|cap-2copies-4000|cap-seqs)  # capacity past 1,000 users: 2 engine copies (from 2,000
                                           # to 4,000 once 2,000 passed), or 1 copy taking 2,048 at once
     more=ERNIE_ENGINE_COPIES=2; [ "$phase" = cap-seqs ] && more=ERNIE_MAX_NUM_SEQS=2048

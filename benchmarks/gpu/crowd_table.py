@@ -144,15 +144,16 @@ def load_clients() -> list[str]:
             chats = chat_rows(*(r / f"{name}-chats.csv.gz" for name in names))
             out.append(f"12-02e crowd-clients r{n}, {label}: app TTFT p50/p99 "
                        f"{p50_p99([1000 * float(c['ttft_s']) for c in chats if c['ttft_s']])}")
-    for n in (1, 2):
-        r = where / "clients-both" / f"r{n}"
-        chats = chat_rows(*(r / f"app-{i}-chats.csv.gz" for i in range(1, 5)))
+    # 12-02f: the same on a fresh machine; the app side is one `qa-load --processes 4`
+    for session, r in [("12-02e", where / "clients-both" / f"r{n}") for n in (1, 2)] + [
+            ("12-02f", HERE.parent / "session-1202f" / "machine-b" / "clients-both" / f"r{n}") for n in (1, 2)]:
+        chats = chat_rows(*sorted(r.glob("app*-chats.csv.gz")))
         done = [c for c in chats if c["complete"] == "True"]
         app = REPLY_TOKENS * len(done) / max(float(c["total_s"]) for c in done)
-        direct = chat_rows(*(r / f"direct-{i}" / "requests.csv.gz" for i in range(1, 5)))
+        direct = chat_rows(*sorted(r.glob("direct*/requests.csv.gz")))  # 4 bench runs, or one of 4 processes
         rate = sum(int(d["output_tokens"]) for d in direct) / max(
             float(d["start_s"]) + float(d["e2e_ms"]) / 1000 for d in direct)
-        out.append(f"12-02e clients-both r{n}, 4 clients x 250 each side: app {app:,.0f} tok/s, TTFT p50/p99 "
+        out.append(f"{session} clients-both {r.name}, 4 clients x 250 each side: app {app:,.0f} tok/s, TTFT p50/p99 "
                    f"{p50_p99([1000 * float(c['ttft_s']) for c in chats if c['ttft_s']])}; direct sampled "
                    f"{rate:,.0f} tok/s, TTFT {p50_p99([float(d['ttft_ms']) for d in direct])}; ratio {app / rate:.2f}")
     return out
