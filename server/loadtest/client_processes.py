@@ -1,5 +1,6 @@
-"""Load-client processes that start together: what ``qa-load --processes`` and
-``bench --processes`` share.
+"""Load-client processes that start together: what ``qa-load --processes`` (bursts,
+``qa_processes``; users, ``user_processes``, as ``capacity --processes``) and ``bench
+--processes`` (``bench_processes``) share.
 
 Each child is a command that is told on stdin what to do. It prints a ready line on stderr
 once it is set, and waits for one more line on stdin ("go ...") before it sends anything, so
