@@ -111,6 +111,9 @@ def test_the_processes_asked_for_really_run(stack):
     assert "[stack] 2 engine copies x 2 API servers, 2 app workers, HAProxy" in output
     assert len([l for l in stack.lines if "2 API server processes (as asked" in l]) == 2, output
     assert re.search(r"\[warm-up\] \d+ requests like the app's .* to 2 engine copies", output), output
+    # HAProxy started while the engine loaded: no start-up lap of its own.
+    laps = next(line for line in stack.lines if line.startswith("[start-up]"))
+    assert "engine (the app and HAProxy loading meanwhile)" in laps and "balancer" not in laps, laps
     engine_log = stack.settings.log_file.read_text()
     assert "[vllm_serve] 2 API server processes forked" in engine_log
     running = titles(descendants(stack.proc.pid))

@@ -42,6 +42,8 @@ def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
         assert f"Chat:   http://127.0.0.1:{app_port}" in lines, output
         assert f"Engine: http://127.0.0.1:{engine_port}" in lines, output
         assert "KV cache:" in output and "max-model-len 2048" in output, output
+        # One app worker, no HAProxy: the start-up line names only what loaded meanwhile.
+        assert "engine (the app loading meanwhile)" in output and "HAProxy" not in output, output
 
         page = httpx.get(f"http://127.0.0.1:{app_port}", timeout=10)
         assert page.status_code == 200 and "<html" in page.text.lower()

@@ -210,7 +210,7 @@ class Stack:
         lap("checks")
         if self.settings.starts_engine:
             self.start_engine(while_it_loads=self.launch_front)
-            lap("engine (the app and HAProxy loading meanwhile)")
+            lap(f"engine ({'the app and HAProxy' if self.balancer else 'the app'} loading meanwhile)")
         else:
             self.out(f"[engine] using the server at {self.settings.engine_url} (not started here)")
         self.start_balancer()
