@@ -232,3 +232,25 @@ def test_the_answer_names_the_users_and_the_objective():
     text = capacity.answer(rows, Objective(1000.0, 20.0), 1000, "app")
     assert text.startswith("12 users within the objective (TTFT p99 <= 1000 ms")
     assert capacity.answer([{"users": 8, "pass": False}], Objective(), 1000, "engine").startswith("No number")
+
+
+def test_a_search_going_below_its_client_processes_runs_each_step_with_at_most_one_per_user(
+        monkeypatch, tmp_path):
+    asked = []
+
+    async def fake_load(target, model, prompts, label, processes):
+        asked.append((model.users, processes))
+        steady = {"replies": 5, "ttft_ms_p50": 100.0, "ttft_ms_p99": 5000.0,  # every step fails
+                  "user_tokens_per_s_p10": 30.0, "user_tokens_per_s_p50": 40.0,
+                  "replies_per_s": 1.0, "tokens_per_s": 30.0}
+        return {"summary": {"steady": steady, "lost": 0, "errors": 0, "crossed": 0}}
+
+    monkeypatch.setattr(capacity, "run_user_load", fake_load)
+    monkeypatch.setattr(capacity.user_report, "save", lambda *a, **k: [])
+    monkeypatch.setattr(capacity, "SETTLE_S", 0.0)
+    rows = asyncio.run(capacity.search(None, Objective(), UserModel(users=1), ["a"], start=8,
+                                       max_users=16, precision=0.1, retries=0, out_dir=tmp_path,
+                                       processes=4))
+    assert [r["users"] for r in rows] == [8, 4, 2, 1] and not any(r["pass"] for r in rows)
+    assert asked == [(8, 4), (4, 4), (2, 2), (1, 1)]
+

@@ -129,7 +129,9 @@ async def search(target: Target, objective: Objective, base: UserModel, prompts:
                           window_s=base.window_s, reply_timeout_s=base.reply_timeout_s,
                           seed=base.seed)
         for attempt in range(1 + retries):
-            result = await run_user_load(target, model, prompts, f"capacity {users} users", processes)
+            # A search whose first step fails goes down to one user: never more processes than users.
+            result = await run_user_load(target, model, prompts, f"capacity {users} users",
+                                         min(processes, users))
             user_report.save(result, out_dir / f"users-{users}-try-{attempt + 1}", plots=False)
             row = {**step_row(users, result["summary"], objective), "tries": attempt + 1}
             print(render_table([row]).splitlines()[-1], flush=True)

@@ -58,10 +58,12 @@ async def run(target: Target, model: UserModel, prompts: list[str], processes: i
             return True
         return False
 
+    def line(counts: dict) -> str:
+        return f"{live_line(counts)}  errors {counts['errors']}  ({processes} client processes)"
+
     def show() -> None:
         if all(latest):
-            now = added(latest)
-            status.update(f"{live_line(now)}  errors {now['errors']}  ({processes} client processes)")
+            status.update(line(added(latest)))
 
     command = [sys.executable, "-m", "server.loadtest.user_processes"]
     async with ClientProcesses([command] * processes, ROOT, READY, UsersError,
@@ -77,8 +79,7 @@ async def run(target: Target, model: UserModel, prompts: list[str], processes: i
                       for part in parts for r in part["replies"]), key=lambda r: r.sent_s)
     sessions = [SessionRecord.from_dict(s) for part in parts for s in part["sessions"]]
     wall_s = max(part["wall_s"] for part in parts)
-    now = added([live_counts(users, replies, wall_s)])
-    status.done(f"{live_line(now)}  errors {now['errors']}  ({processes} client processes)")
+    status.done(line(live_counts(users, replies, wall_s)))
     return {**result_from(model, users, replies, sessions, wall_s, target.url, target.through),
             "processes": processes}
 
