@@ -196,3 +196,27 @@ def test_compare_negative_error():
 def test_compare_exact_and_zero_reported():
     assert preflight.compare(1000, 1000).endswith("(error +0.0%)")
     assert "inf" in preflight.compare(5, 0)
+
+
+@pytest.mark.parametrize("copies", [2, 3])
+def test_pooled_copies_give_each_copy_its_planned_pool_in_bytes(shape, copies):
+    """GPU copies start together only because each pool is in bytes: the plan's pool for the
+    copy's share, rounded down to a MiB, and no copy's planned memory leaves its share."""
+    settings, device = load_settings(engine_copies=copies), gpu(140.4)
+    pooled = preflight.pooled_copies(settings, copies, shape, device)
+    share = preflight.per_copy_settings(settings, copies)
+    planned, overhead = preflight.kv_pool_bytes(share, shape, device)
+    pool = int(pooled.kv_cache_gib * GIB)
+    assert pool % kp.MIB == 0 and planned - kp.MIB < pool <= planned
+    assert pool + overhead.total <= share.gpu_memory_utilization * device.total_bytes
+    assert copies * (pool + overhead.total) <= settings.gpu_memory_utilization * device.total_bytes
+    # What `up` then predicts is what it asked for, exactly.
+    assert preflight.plan_for(preflight.per_copy_settings(pooled, copies), shape, device).kv_pool_bytes == pool
+
+
+def test_pooled_copies_leave_one_copy_a_cpu_and_a_set_pool_alone(shape):
+    settings = load_settings()
+    assert preflight.pooled_copies(settings, 1, shape, gpu(140.4)) is settings
+    assert preflight.pooled_copies(settings, 2, shape, cpu()) is settings
+    mine = load_settings(kv_cache_gib=5)
+    assert preflight.pooled_copies(mine, 2, shape, gpu(140.4)).kv_cache_gib == 5

@@ -22,11 +22,14 @@
 #          2026-12-02, sixth session: `queue fork-start cap-both clients-both` (cap-both cut at its
 #          call's end), the machine lost between calls, then on a fresh one `queue fork-start
 #          clients-both` and `fork-start` again; `bash benchmarks/gpu/import_cost.sh` on a third
-#          Next session (prepared, three calls after the setup): `queue fork-start later-source
-#          later-bytecode` (later starts without and with byte-code for the machine's torch), then
-#          `queue cap-both` alone (it needs a whole call), then `queue clients-both` (its direct side
-#          now one `bench --processes 4`). Make each call right after the last: the machine is given
-#          back 30 s after a call, and a new one starts bare (this session lost one that way).
+#          2026-12-02, seventh session: `queue fork-start later-source later-bytecode`, `queue
+#          cap-both`, `queue clients-both` (which then ran `copies-3` in its call), back to back on
+#          one machine. The tree (untracked results included) plus a 19-MiB piece must stay under
+#          the call's 64 MiB: keep new results out of the tree until the setup calls are done.
+#          Next session: `queue copies-together` first (2 copies now start together, their KV pools
+#          in bytes: not yet run on a GPU), then `queue clients-both` again if the app changed.
+#          Make each call right after the last: the machine is given back 30 s after a call, and a
+#          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
 #          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
 #          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
@@ -153,6 +156,10 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
         --output "/tmp/res/$1/engine-core.txt" 2>&1 | tail -n 2
     wait $bench; grep -A3 "^ *conc" "/tmp/res/$1/one-stream-profiled.txt" | head -n 4
 }
+pack_results() {  # everything measured so far, in pieces the call brings back
+    rm -f "$out"/results.tgz.part-*
+    tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
+}
 cpu_of() { ps -o pid=,comm=,time= -C python3,python,chainlit,haproxy 2>/dev/null | head -n 40; }
 
 if [ "$phase" = queue ]; then
@@ -163,8 +170,7 @@ if [ "$phase" = queue ]; then
         CALL_DEADLINE_S=$(left) bash "$0" "$p"; rc=$?
         # 3: a tune that its time limit stopped (tune.json keeps the points done): the next call resumes
         [ $rc -eq 3 ] || echo "exit $rc" > "/tmp/res/done-$p"
-        rm -f "$out"/results.tgz.part-*
-        tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
+        pack_results
         (( $(left) > 60 )) || break
     done
     echo "queue: done: $(cd /tmp/res && ls done-* 2>/dev/null | sed 's/done-//' | paste -sd' ')"
@@ -323,22 +329,59 @@ PY
   clients-both)  # 1,000 chats from 4 load-client processes, through the app and straight to vLLM
                  # (bench, sampled as the chat samples), twice: does either client hold TTFT back?
     up_start clients-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
-    for round in 1 2; do
-        (( $(left) > 45 )) || break
+    for round in 1 2 3; do  # three rounds since the seventh session, each with 64 chats first
+        (( $(left) > 240 )) || break  # copies-3 comes next in its call
         d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
+        cli qa-load --sessions 64 --timeout-s 60 --json > "$d/app-64.json"
+        direct_burst "clients-both/r$round/direct-64" 64 --temperature 0.7 --top-p 0.9
         # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json; fifth and
         # sixth: four bench processes of 250 started by hand, direct-1..4, each with its own start)
+        # The workers' usage log (data/usage.jsonl) has each reply's first token as the app saw it,
+        # from its request to vLLM: what is left of the chat's TTFT is the app and the client's.
+        seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
         cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
+        tail -n +$((seen + 1)) data/usage.jsonl > "$d/app-usage.jsonl" 2>/dev/null
         direct_burst "clients-both/r$round/direct" 1000 --processes 4 --temperature 0.7 --top-p 0.9
         .venv/bin/python - "$d" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 d = Path(sys.argv[1])
-app = sorted(1000 * c["ttft_s"] for c in json.loads((d / "app.json").read_text())["sessions"]
-             if c.get("ttft_s") is not None)
-print(f"app, 4 clients x 250: {len(app)} first tokens, TTFT ms p50/p99 {statistics.median(app):.0f}/{app[int(0.99 * len(app))]:.0f}")
+def line(name, ms):
+    ms = sorted(ms)
+    if ms:
+        print(f"{name}: {len(ms)} first tokens, TTFT ms p50/p99 {statistics.median(ms):.0f}/{ms[int(0.99 * len(ms))]:.0f}")
+def chats(name):
+    return (1000 * c["ttft_s"] for c in json.loads((d / name).read_text())["sessions"] if c.get("ttft_s") is not None)
+line("app, 64 chats", chats("app-64.json"))
+line("app, 4 clients x 250", chats("app.json"))
+usage = [json.loads(l) for l in (d / "app-usage.jsonl").read_text().splitlines() if l.strip()]
+line("  of which the workers' requests to vLLM", (1000 * u["ttft_s"] for u in usage if u.get("ttft_s") is not None))
 PY
     done
+    up_stop
+    # Seventh session: its third call was `queue clients-both`, prepared before copies-3 was
+    # written; so the engine tier follows here, with what is measured so far packed first.
+    pack_results
+    if [ ! -e /tmp/res/done-copies-3 ]; then
+        echo "=== copies-3 (${SECONDS} s into the call, $(left) s left)"
+        CALL_DEADLINE_S=$(left) bash "$0" copies-3; echo "exit $?" > /tmp/res/done-copies-3
+    fi ;;
+  copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
+             # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
+             # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
+    for copies in 3 1 2; do
+        (( $(left) > 150 )) || break
+        up_start "copies$copies" ERNIE_ENGINE_COPIES=$copies || exit 1
+        cli bench --concurrency $((1024 * copies)) --num-prompts $((2048 * copies)) --input-len 40 \
+            --output-len 256 --warmup 0 --processes 4 --no-plots --out "/tmp/res/copies$copies/direct-sustained" \
+            > "/tmp/res/copies$copies/direct-sustained.txt" 2>&1
+        grep -A3 "^ *conc" "/tmp/res/copies$copies/direct-sustained.txt" | head -n 4
+        up_stop
+    done ;;
+  copies-together)  # 2 copies started together, their KV pools in bytes (seventh session, after
+                    # copies-3 had them start one after another): until the chat URL, then a burst
+    up_start copies-together ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 || exit 1
+    direct_burst copies-together/direct 512
     up_stop ;;
   later-source|later-bytecode)  # to run next: 3 later starts of the defaults, as the lent machine has
                                 # its torch (no byte-code: PYTHONDONTWRITEBYTECODE=1 there, so every

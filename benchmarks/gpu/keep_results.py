@@ -6,7 +6,9 @@ RESULTS_DIR is the unpacked results.tgz (/tmp/res there). Kept: the text files (
 caches.txt, bench's tables), vLLM's log gzipped, each qa-load JSON as its summary plus one CSV
 row per chat (open, first token, end: the streamed text is the random model's), each bench
 folder's bench.json and requests.csv gzipped (as is any other file over 64 KiB). Left out: the app workers' and HAProxy's logs,
-engine-state.json, and the queue's done-* markers.
+engine-state.json, the queue's done-* markers, and a bench.json over BIG_BENCH bytes when its
+requests.csv is beside it (a sustained run's per-token gaps: 4-13 MiB gzipped for 2,048-6,144
+requests, which would crowd the device's 64-MiB carry; requests.csv has each request's figures).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 LEFT_OUT = ("app.log", "balancer.log", "engine-state.json")
+BIG_BENCH = 4 * 2**20
 CHAT_COLUMNS = ("index", "welcomed", "moved", "resumed", "open_s", "ttft_s", "total_s", "replied",
                 "complete", "reply_tokens", "error")
 
@@ -39,6 +42,8 @@ def keep(source: Path, target: Path) -> None:
             continue
         name = path.name
         if name in LEFT_OUT or name.startswith("app-worker"):
+            continue
+        if name == "bench.json" and path.stat().st_size > BIG_BENCH and path.with_name("requests.csv").exists():
             continue
         out = target / path.relative_to(source)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from server.settings import Settings
 from server.stack import doctor
 from server.stack.balancer import managed_haproxy, max_connections, open_files_limit
 from server.stack.engine_args import engine_command
-from server.stack.engine_tier import copy_process
+from server.stack.engine_tier import copy_process, pooled_settings, starts_together
 from server.stack.processes import ManagedProcess, free_port, port_free
 from server.stack.readiness import probe_engine, wait_until
 from server.stack.topology import Topology, balancer_config, plan_topology
@@ -90,28 +90,34 @@ def failure_reason(log: Path) -> str:
     return " / ".join(l.strip()[-160:] for l in doctor.last_error_lines(lines, 2)) or "no output"
 
 
-def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess]]:
+def copies_of(start: PointStart) -> tuple[Topology, list[ManagedProcess], bool]:
     """The point's engine copies and API servers exactly as `up` lays them out (topology),
-    each copy run as `up` runs it; the first copy logs to the point's log."""
-    settings = start.settings
-    topology = plan_topology(settings, start.device, os.cpu_count() or 1, free_port)
+    each copy run as `up` runs it (the first logs to the point's log), and whether they start
+    together (their KV pools in bytes, as EngineTier.together)."""
+    topology = plan_topology(start.settings, start.device, os.cpu_count() or 1, free_port)
+    settings = pooled_settings(start.settings, len(topology.copies), start.model, start.device)
     return topology, [copy_process(engine_command(settings, start.model, start.device, start.python, copy),
-                                   start.device, copy, start.log, ROOT) for copy in topology.copies]
+                                   start.device, copy, start.log, ROOT) for copy in topology.copies], \
+        starts_together(settings, start.device)
 
 
 @contextlib.contextmanager
 def start_vllm(start: PointStart) -> Iterator[RunningEngine]:
-    """The point's vLLM, as `up` starts it (its copies one after another, then HAProxy in
-    front of them), until each answers /health and /v1/models."""
+    """The point's vLLM, as `up` starts it (its copies together, or one after another where
+    their KV pools could not be planned; then HAProxy in front of them), until each answers
+    /health and /v1/models."""
     settings, log = start.settings, start.log
-    topology, engines = copies_of(start)
+    topology, engines, together = copies_of(start)
     haproxy: Optional[ManagedProcess] = None
     status = StatusLine(start.label)
     key = settings.api_key_value
     try:
+        for engine in engines if together else ():
+            engine.start()
         for copy, engine in zip(topology.copies, engines):
             url = f"http://{copy.host}:{copy.port}"
-            engine.start()
+            if not together:
+                engine.start()
             name = f"copy {copy.index + 1}/{len(engines)}: " if len(engines) > 1 else ""
             entry = wait_until(lambda: probe_engine(url, key), lambda: not engine.alive(),
                                start.timeout_s - status.elapsed, status,

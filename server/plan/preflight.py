@@ -40,6 +40,26 @@ def per_copy_settings(settings: Settings, copies: int) -> Settings:
     return settings.model_copy(update={"gpu_memory_utilization": share})
 
 
+def pooled_copies(settings: Settings, copies: int, shape: kp.ModelShape, memory: DeviceMemory) -> Settings:
+    """Copies on one GPU with each one's KV pool in bytes, so that they can start together.
+
+    vLLM sizes a pool from the memory free on the GPU while it profiles, so copies that profile
+    at the same time count each other's allocations as their own (vllm-project/vllm#9198): they
+    had to start one after another, 61 s to the chat URL for 2 copies on the H200 and 90 s for 3,
+    against 32 s for one (docs/gpu-crowd.md, seventh session). Given the pool in bytes
+    (--kv-cache-memory-bytes) vLLM skips that sizing. The bytes are the plan's pool for the
+    copy's share, rounded down to a MiB; the plan's overhead (weights, activations, CUDA graphs,
+    context) is above what vLLM measured on the H200 (1.83 GiB planned, 1.36-1.72 GiB measured
+    for ERNIE-4.5-0.3B at 0.3-0.9), so each copy stays within its share, and each copy's own
+    start-up check (free memory >= its share of the utilization) holds whatever the others
+    have taken. A pool the person set (ERNIE_KV_CACHE_GIB) is kept as it is.
+    """
+    if memory.kind == "cpu" or copies < 2 or settings.kv_cache_gib is not None:
+        return settings
+    pool, _ = kv_pool_bytes(per_copy_settings(settings, copies), shape, memory)
+    return settings.model_copy(update={"kv_cache_gib": (pool // kp.MIB) / 1024})
+
+
 def kv_pool_bytes(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> tuple[int, Optional[kp.GpuOverhead]]:
     """The KV pool these settings give on this device, and the GPU overhead assumed."""
     if settings.kv_cache_gib is not None or memory.kind == "cpu":

@@ -7,9 +7,11 @@ effect (the KV pool, the number of API servers), notice a hung copy, and explain
 a failure from the log.
 
 Copies share one GPU by memory share, and vLLM's memory profiling counts what
-another process allocates meanwhile as its own: on a GPU the copies start one
-after another (vllm-project/vllm#9198).  On a CPU each copy's KV pool is sized
-explicitly, so they start together.
+another process allocates meanwhile as its own (vllm-project/vllm#9198).  So each
+copy's KV pool is given in bytes (on a CPU always; on a GPU from the plan for its
+share, ``preflight.pooled_copies``), and the copies start together.  Only when the
+plan cannot be made (no model config yet, no NVML) do GPU copies start one after
+another, sizing their pools themselves.
 """
 
 from __future__ import annotations
@@ -109,8 +111,23 @@ def copy_process(command: EngineCommand, device: str, copy: EngineCopy, main_log
                           nice=CPU_ENGINE_NICE if device == "cpu" else 0)
 
 
+def starts_together(settings: Settings, device: str) -> bool:
+    """Copies whose KV pools are given in bytes start at once (the module's docstring)."""
+    return device == "cpu" or settings.kv_cache_gib is not None
+
+
+def pooled_settings(settings: Settings, copies: int, model: str, device: str) -> Settings:
+    """``preflight.pooled_copies`` where the model's shape and the device can be read, for
+    `tune`'s points (``EngineTier.preflight`` does the same for `up`); else the settings."""
+    try:
+        return preflight.pooled_copies(settings, copies, load_shape(model)[0], read_memory(device))
+    except Exception:  # no config yet or no NVML: the copies size their pools themselves
+        return settings
+
+
 class EngineTier:
-    """The copies of one ``up``, prepared once and (re)started one by one."""
+    """The copies of one ``up``, prepared once, started together where their pools are in
+    bytes, and restarted one by one."""
 
     def __init__(self, settings: Settings, copies: tuple[EngineCopy, ...], device: str,
                  root: Path, log_path: Path, out: Callable[[str], None] = print):
@@ -119,6 +136,7 @@ class EngineTier:
         self.engines: list[EngineProcess] = []
         self.info: Optional[EngineInfo] = None
         self.plan: Optional[kp.Plan] = None
+        self.together = device == "cpu"  # the copies start at once (their pools in bytes)
         self.model_path = ""
         self.is_demo = False
 
@@ -131,7 +149,8 @@ class EngineTier:
         if choice.is_demo:
             provision.ensure_demo_model(Path(choice.path), python, self.root)
         self.model_path, self.is_demo = choice.path, choice.is_demo
-        self.plan = self.preflight()
+        s, self.plan = self.preflight()
+        self.together = starts_together(s, self.device)
         commands = [engine_command(s, choice.path, self.device, python, copy) for copy in self.copies]
         for copy, command in zip(self.copies, commands):
             proc = copy_process(command, self.device, copy, self.log_path, self.root)
@@ -139,28 +158,31 @@ class EngineTier:
         # printable(): the one rendering of a command that is safe to log (the key is in env).
         self.out(f"[engine] {self.device}: {commands[0].printable()}")
 
-    def preflight(self) -> Optional[kp.Plan]:
-        """Refuse settings that cannot work; return one copy's KV plan to compare with vLLM's."""
+    def preflight(self) -> tuple[Settings, Optional[kp.Plan]]:
+        """Refuse settings that cannot work; return the settings the copies' commands are built
+        from (each copy's KV pool in bytes where it can be planned) and one copy's KV plan, to
+        compare with vLLM's."""
         try:
             shape, _ = load_shape(self.model_path)
             memory = read_memory(self.device)
         except Exception as exc:  # no config yet (first download) or no NVML: vLLM will tell
             self.out(f"[plan] pre-flight checks skipped: {exc}")
-            return None
-        per_copy = preflight.per_copy_settings(self.settings, len(self.copies))
-        problems = preflight.check(per_copy, shape, memory)
+            return self.settings, None
+        copies = len(self.copies)
+        problems = preflight.check(preflight.per_copy_settings(self.settings, copies), shape, memory)
         if problems:
             raise StartupFailed("Pre-flight checks failed:\n" + "\n".join(f"  - {p}" for p in problems))
-        return preflight.plan_for(per_copy, shape, memory)
+        pooled = preflight.pooled_copies(self.settings, copies, shape, memory)
+        return pooled, preflight.plan_for(preflight.per_copy_settings(pooled, copies), shape, memory)
 
     # --- starting -----------------------------------------------------------
     def start_all(self) -> EngineInfo:
         write_state(self.settings, "starting")
-        if self.device == "cpu":
+        if self.together:
             for engine in self.engines:
                 engine.proc.start()
         for engine in self.engines:
-            self.start(engine, already_started=self.device == "cpu")
+            self.start(engine, already_started=self.together)
         write_state(self.settings, "ready")
         return self.info
 

@@ -1,0 +1,81 @@
+"""App against direct in bursts, and where the app's first tokens wait (crowd.sh `clients-both`).
+
+    .venv/bin/python benchmarks/gpu/burst_table.py     # the seventh session's three rounds
+
+Each round on one stack (1 copy x 4 API servers, 8 workers, 8 tokens per piece): 64 chats at once
+through the app (`qa-load --sessions 64`), 64 requests straight to vLLM sampled as the chat samples
+(`bench ... --temperature 0.7 --top-p 0.9`), then the same with 1,000 from 4 client processes each
+side. Three first-token times per reply:
+
+- the chat's, as its client saw it (qa-load: from sending to the first streamed piece);
+- the workers' own, from the app's request to vLLM to the first piece the worker read (the usage
+  log, data/usage.jsonl, that every worker appends to; `ttft_s` is `ReplyStats.ttft_s`);
+- direct's: bench's request to vLLM, to its first piece.
+
+The chat's minus the workers' is the app's own share: the message's way to its worker and the
+handler before the request, then the first piece's way back to the browser (and the client's own
+reading). The workers' minus direct's is what the app's requests meet at vLLM that bench's do not.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
+REPLY_TOKENS = 256
+
+
+def read_csv(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return list(csv.DictReader(f))
+
+
+def p50_p99(ms: list[float]) -> tuple[float, float]:
+    ms = sorted(ms)
+    return statistics.median(ms), ms[int(0.99 * len(ms))]
+
+
+def app_side(round_dir: Path, name: str) -> tuple[float, list[float]]:
+    """(tokens/s until the last reply ended, each chat's TTFT in ms)."""
+    chats = read_csv(round_dir / f"{name}-chats.csv.gz")
+    done = [c for c in chats if c["complete"] == "True"]
+    rate = REPLY_TOKENS * len(done) / max(float(c["total_s"]) for c in done)
+    return rate, [1000 * float(c["ttft_s"]) for c in chats if c["ttft_s"]]
+
+
+def direct_side(round_dir: Path, name: str) -> tuple[float, list[float]]:
+    requests = read_csv(round_dir / name / "requests.csv.gz")
+    rate = sum(int(r["output_tokens"]) for r in requests) / max(
+        float(r["start_s"]) + float(r["e2e_ms"]) / 1000 for r in requests)
+    return rate, [float(r["ttft_ms"]) for r in requests]
+
+
+def workers_side(round_dir: Path) -> list[float]:
+    with gzip.open(round_dir / "app-usage.jsonl.gz", "rt") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return [1000 * r["ttft_s"] for r in records if r.get("ttft_s") is not None]
+
+
+def render(rounds: Path = ROUNDS) -> str:
+    lines = [f"{'round':<7}{'chats':>6}{'app tok/s':>11}{'direct':>9}{'ratio':>7}"
+             f"{'chat TTFT p50/p99':>20}{'workers p50/p99':>18}{'direct p50/p99':>17}{'app over direct p50':>21}"]
+    for round_dir in sorted(rounds.glob("r*")):
+        for chats, app_name, direct_name in ((64, "app-64", "direct-64"), (1000, "app", "direct")):
+            app, app_ms = app_side(round_dir, app_name)
+            direct, direct_ms = direct_side(round_dir, direct_name)
+            (a50, a99), (d50, d99) = p50_p99(app_ms), p50_p99(direct_ms)
+            workers = f"{'%.0f / %.0f' % p50_p99(workers_side(round_dir))} ms" if chats == 1000 else "-"
+            lines.append(f"{round_dir.name:<7}{chats:>6}{app:>11,.0f}{direct:>9,.0f}{app / direct:>7.2f}"
+                         f"{f'{a50:.0f} / {a99:.0f} ms':>20}{workers:>18}{f'{d50:.0f} / {d99:.0f} ms':>17}"
+                         f"{f'{a50 - d50:+.0f} ms':>21}")
+    lines.append("(workers: the app's requests to vLLM, request to first piece, from the usage log; "
+                 "crowd.sh kept its lines for the 1,000-chat bursts only)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())
