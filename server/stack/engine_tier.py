@@ -136,7 +136,7 @@ class EngineTier:
         self.engines: list[EngineProcess] = []
         self.info: Optional[EngineInfo] = None
         self.plan: Optional[kp.Plan] = None
-        self.together = device == "cpu"  # the copies start at once (their pools in bytes)
+        self.together = starts_together(settings, device)  # prepare() knows the pools
         self.model_path = ""
         self.is_demo = False
 
