@@ -19,7 +19,7 @@ n=$(ls "$work/w" | wc -l); want=$(wc -l < "$work/req.txt")
 if ls "$work/w" | grep -E 'cp3(10|11|13)-cp3' ; then echo "app_wheels: wheels for another Python (above)" >&2; exit 2; fi
 rm -rf .gpu/a[0-9]*; mkdir -p .gpu
 tar -C "$work/w" -cf "$work/app-wheels.tar" .
-(cd "$work" && split -b "${CHUNK_MB:-19}M" -a 1 -d app-wheels.tar part. && sha256sum app-wheels.tar > APP_SHA256)
+(cd "$work" && split -b "${CHUNK_MB:-14}M" -a 1 -d app-wheels.tar part. && sha256sum app-wheels.tar > APP_SHA256)
 for f in "$work"/part.*; do d=".gpu/a$(( ${f##*.} + 1 ))"; mkdir -p "$d"; mv "$f" "$d/"; done
 cp "$work/APP_SHA256" .gpu/ && cp ../shared/gpu/stack_env.sh .gpu/ && rm -rf "$work"
 echo "app_wheels: $n wheels in $(ls -d .gpu/a[0-9]* | wc -l) chunk folders"

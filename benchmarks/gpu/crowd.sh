@@ -24,8 +24,11 @@
 #          clients-both` and `fork-start` again; `bash benchmarks/gpu/import_cost.sh` on a third
 #          2026-12-02, seventh session: `queue fork-start later-source later-bytecode`, `queue
 #          cap-both`, `queue clients-both` (which then ran `copies-3` in its call), back to back on
-#          one machine. The tree (untracked results included) plus a 19-MiB piece must stay under
-#          the call's 64 MiB: keep new results out of the tree until the setup calls are done.
+#          one machine. The tree (untracked results included, counted in 4-KiB blocks: ~47 MiB
+#          now) plus a piece must stay under the call's 64 MiB, so prepare.sh now cuts 14-MiB
+#          pieces: .gpu/c1..c7 (c7's call unpacks, carrying .gpu/haproxy.tgz too) and .gpu/a1..a7
+#          (a7's call carries .gpu/model and runs setup); lower CHUNK_MB as the tree grows, and
+#          keep new results out of the tree until the setup calls are done.
 #          Next session: `queue copies-together` first (2 copies now start together, their KV pools
 #          in bytes: not yet run on a GPU), then `queue clients-both` again if the app changed.
 #          Make each call right after the last: the machine is given back 30 s after a call, and a

@@ -3,16 +3,20 @@
 #     bash benchmarks/gpu/prepare.sh
 # -> .gpu/c1.. (vLLM 0.26's bundle), .gpu/a1.. (the app's wheels), .gpu/model (the shape model),
 #    .gpu/haproxy.tgz (Debian 12's HAProxy with the libraries the H200 lacks), .gpu/py-spy.
-# A call carries 64 MiB with the tracked tree (~37 MiB since 2026-12-02), so the bundle and the
-# wheels go in pieces of CHUNK_MB (19) MiB, one folder per call; crowd.sh's header lists the calls.
+# A call carries 64 MiB with the tree (its files counted in whole 4-KiB blocks: ~47 MiB after the
+# seventh session of 2026-12-02, whose 19-MiB pieces no longer fit), so the bundle and the wheels
+# go in pieces of CHUNK_MB (14) MiB, one folder per call; crowd.sh's header lists the calls.
 set -euo pipefail
-chunk=${CHUNK_MB:-19}
+chunk=${CHUNK_MB:-14}
 [ -d .gpu/c1 ] || bash ../shared/gpu/build_bundle.sh
 # build_bundle.sh splits in 58-MiB pieces; install.sh joins whatever part.* it finds, in order.
 if [ "$(stat -c %s .gpu/c1/part.* | head -n 1)" -gt $((chunk * 1048576)) ]; then
     cat .gpu/c[0-9]*/part.* > /tmp/vllm_site.tar.xz && rm -rf .gpu/c[0-9]*
     (cd /tmp && split -b "${chunk}M" -a 2 vllm_site.tar.xz part. && rm vllm_site.tar.xz)
     i=0; for f in /tmp/part.??; do i=$((i + 1)); mkdir -p ".gpu/c$i"; mv "$f" ".gpu/c$i/"; done
+fi
+if [ -d .gpu/a1 ] && [ "$(stat -c %s .gpu/a1/part.* | head -n 1)" -gt $((chunk * 1048576)) ]; then
+    rm -rf .gpu/a[0-9]*  # pieces of an older, larger size: built again (~1-2 min, from PyPI)
 fi
 [ -d .gpu/a1 ] || CHUNK_MB=$chunk bash benchmarks/gpu/app_wheels.sh
 if [ ! -f .gpu/model/config.json ]; then
