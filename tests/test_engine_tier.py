@@ -17,7 +17,7 @@ from server.plan.preflight import per_copy_settings
 from server.settings import load_settings
 from server.stack import engine_tier
 from server.stack.engine_args import EngineCopy, engine_command
-from server.stack.engine_tier import EngineTier, pooled_settings, starts_together
+from server.stack.engine_tier import EngineTier, copies_line, pooled_settings, starts_together
 
 MODEL = "baidu/ERNIE-4.5-0.3B-PT"  # its bundled config: no download
 GIB = 1024**3
@@ -69,3 +69,11 @@ def test_copies_size_their_own_pools_when_the_gpu_cannot_be_read(monkeypatch):
     assert not starts_together(settings, "cuda")  # one after another, as vLLM needs then
     assert starts_together(settings, "cpu")
     assert pooled_settings(load_settings(), 2, MODEL, "cuda").kv_cache_gib is None
+
+
+def test_up_says_how_the_copies_start(h200):
+    settings, _ = tier(2).preflight()
+    line = copies_line(2, starts_together(settings, "cuda"), settings.kv_cache_gib)
+    assert line.startswith("[engine] 2 copies start together, each with a KV pool of ")
+    assert f"{settings.kv_cache_gib:.2f} GiB" in line
+    assert "one after another" in copies_line(2, False, None)

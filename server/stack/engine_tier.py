@@ -116,6 +116,17 @@ def starts_together(settings: Settings, device: str) -> bool:
     return device == "cpu" or settings.kv_cache_gib is not None
 
 
+def copies_line(copies: int, together: bool, kv_cache_gib: Optional[float]) -> str:
+    """How `up` says the copies start, and why."""
+    if together and kv_cache_gib is not None:
+        return (f"[engine] {copies} copies start together, each with a KV pool of {kv_cache_gib:.2f} GiB "
+                "given in bytes (--kv-cache-memory-bytes)")
+    if together:
+        return f"[engine] {copies} copies start together"
+    return (f"[engine] {copies} copies start one after another: each sizes its KV pool from the "
+            "memory left free (no plan without the model's config or NVML)")
+
+
 def pooled_settings(settings: Settings, copies: int, model: str, device: str) -> Settings:
     """``preflight.pooled_copies`` where the model's shape and the device can be read, for
     `tune`'s points (``EngineTier.preflight`` does the same for `up`); else the settings."""
@@ -157,6 +168,8 @@ class EngineTier:
             self.engines.append(EngineProcess(copy, proc, s.api_key_value))
         # printable(): the one rendering of a command that is safe to log (the key is in env).
         self.out(f"[engine] {self.device}: {commands[0].printable()}")
+        if len(self.copies) > 1:
+            self.out(copies_line(len(self.copies), self.together, s.kv_cache_gib))
 
     def preflight(self) -> tuple[Settings, Optional[kp.Plan]]:
         """Refuse settings that cannot work; return the settings the copies' commands are built
