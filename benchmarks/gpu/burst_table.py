@@ -19,19 +19,15 @@ reading). The workers' minus direct's is what the app's requests meet at vLLM th
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 import statistics
 from pathlib import Path
 
+from crowd_table import chat_rows  # this folder's: a gzipped CSV's rows
+
 ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
 REPLY_TOKENS = 256
-
-
-def read_csv(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as f:
-        return list(csv.DictReader(f))
 
 
 def p50_p99(ms: list[float]) -> tuple[float, float]:
@@ -41,14 +37,14 @@ def p50_p99(ms: list[float]) -> tuple[float, float]:
 
 def app_side(round_dir: Path, name: str) -> tuple[float, list[float]]:
     """(tokens/s until the last reply ended, each chat's TTFT in ms)."""
-    chats = read_csv(round_dir / f"{name}-chats.csv.gz")
+    chats = chat_rows(round_dir / f"{name}-chats.csv.gz")
     done = [c for c in chats if c["complete"] == "True"]
     rate = REPLY_TOKENS * len(done) / max(float(c["total_s"]) for c in done)
     return rate, [1000 * float(c["ttft_s"]) for c in chats if c["ttft_s"]]
 
 
 def direct_side(round_dir: Path, name: str) -> tuple[float, list[float]]:
-    requests = read_csv(round_dir / name / "requests.csv.gz")
+    requests = chat_rows(round_dir / name / "requests.csv.gz")
     rate = sum(int(r["output_tokens"]) for r in requests) / max(
         float(r["start_s"]) + float(r["e2e_ms"]) / 1000 for r in requests)
     return rate, [float(r["ttft_ms"]) for r in requests]

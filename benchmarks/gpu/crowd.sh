@@ -23,7 +23,7 @@
 #          call's end), the machine lost between calls, then on a fresh one `queue fork-start
 #          clients-both` and `fork-start` again; `bash benchmarks/gpu/import_cost.sh` on a third
 #          2026-12-02, seventh session: `queue fork-start later-source later-bytecode`, `queue
-#          cap-both`, `queue clients-both` (which then ran `copies-3` in its call), back to back on
+#          cap-both`, `queue clients-both` (which, that once, ran `copies-3` after it), back to back on
 #          one machine. The tree (untracked results included, counted in 4-KiB blocks: ~47 MiB
 #          now) plus a piece must stay under the call's 64 MiB, so prepare.sh now cuts 14-MiB
 #          pieces: .gpu/c1..c7 (c7's call unpacks, carrying .gpu/haproxy.tgz too) and .gpu/a1..a7
@@ -333,7 +333,7 @@ PY
                  # (bench, sampled as the chat samples), twice: does either client hold TTFT back?
     up_start clients-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     for round in 1 2 3; do  # three rounds since the seventh session, each with 64 chats first
-        (( $(left) > 240 )) || break  # copies-3 comes next in its call
+        (( $(left) > 60 )) || break
         d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
         cli qa-load --sessions 64 --timeout-s 60 --json > "$d/app-64.json"
         direct_burst "clients-both/r$round/direct-64" 64 --temperature 0.7 --top-p 0.9
@@ -361,14 +361,7 @@ usage = [json.loads(l) for l in (d / "app-usage.jsonl").read_text().splitlines()
 line("  of which the workers' requests to vLLM", (1000 * u["ttft_s"] for u in usage if u.get("ttft_s") is not None))
 PY
     done
-    up_stop
-    # Seventh session: its third call was `queue clients-both`, prepared before copies-3 was
-    # written; so the engine tier follows here, with what is measured so far packed first.
-    pack_results
-    if [ ! -e /tmp/res/done-copies-3 ]; then
-        echo "=== copies-3 (${SECONDS} s into the call, $(left) s left)"
-        CALL_DEADLINE_S=$(left) bash "$0" copies-3; echo "exit $?" > /tmp/res/done-copies-3
-    fi ;;
+    up_stop ;;
   copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
              # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
              # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
