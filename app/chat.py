@@ -334,6 +334,12 @@ async def on_stop() -> None:
             break
 
 
+@cl.on_app_shutdown
+async def on_app_shutdown() -> None:
+    # aiohttp (the client's transport) reports a session still open at exit on stderr.
+    await CLIENT.close()
+
+
 @cl.on_chat_end
 async def on_chat_end() -> None:
     # Chainlit keeps every message of a chat in chat_context and never frees it (docs/notes.md).

@@ -86,6 +86,19 @@ async def test_a_stream_that_stalls_mid_reply_times_out():
     assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
 
 
+async def test_a_connection_dropped_before_the_answer_is_unreachable_not_a_timeout():
+    """The client's aiohttp transport reports any dropped connection as httpx2's ConnectTimeout:
+    the chat must still say the engine is not reachable (it died), not that it is slow."""
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.transport.abort()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        pieces, error = await read_reply(server)
+    assert pieces == []
+    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "unreachable"
+
+
 async def test_the_request_body_carries_the_chat_as_given():
     """The chat travels as extra_body (the SDK's per-message transform is skipped): the
     JSON vLLM gets must still hold every message and field, the typed placeholder replaced."""

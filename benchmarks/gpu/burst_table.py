@@ -1,6 +1,9 @@
 """App against direct in bursts, and where the app's first tokens wait (crowd.sh `clients-both`).
 
-    .venv/bin/python benchmarks/gpu/burst_table.py     # the seventh session's three rounds
+    .venv/bin/python benchmarks/gpu/burst_table.py [FOLDER]   # default: the seventh session's rounds
+
+FOLDER holds one folder per round (crowd.sh's `burst_round`): `clients-both/r1..r3`, or
+`clients-ab/1-aiohttp, 2-httpx, ...` (the eighth session's A/B of the chat's HTTP client).
 
 Each round on one stack (1 copy x 4 API servers, 8 workers, 8 tokens per piece): 64 chats at once
 through the app (`qa-load --sessions 64`), 64 requests straight to vLLM sampled as the chat samples
@@ -22,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from crowd_table import chat_rows  # this folder's: a gzipped CSV's rows
@@ -57,15 +61,15 @@ def workers_side(round_dir: Path) -> list[float]:
 
 
 def render(rounds: Path = ROUNDS) -> str:
-    lines = [f"{'round':<7}{'chats':>6}{'app tok/s':>11}{'direct':>9}{'ratio':>7}"
+    lines = [f"{'round':<11}{'chats':>6}{'app tok/s':>11}{'direct':>9}{'ratio':>7}"
              f"{'chat TTFT p50/p99':>20}{'workers p50/p99':>18}{'direct p50/p99':>17}{'app over direct p50':>21}"]
-    for round_dir in sorted(rounds.glob("r*")):
+    for round_dir in sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists()):
         for chats, app_name, direct_name in ((64, "app-64", "direct-64"), (1000, "app", "direct")):
             app, app_ms = app_side(round_dir, app_name)
             direct, direct_ms = direct_side(round_dir, direct_name)
             (a50, a99), (d50, d99) = p50_p99(app_ms), p50_p99(direct_ms)
             workers = f"{'%.0f / %.0f' % p50_p99(workers_side(round_dir))} ms" if chats == 1000 else "-"
-            lines.append(f"{round_dir.name:<7}{chats:>6}{app:>11,.0f}{direct:>9,.0f}{app / direct:>7.2f}"
+            lines.append(f"{round_dir.name:<11}{chats:>6}{app:>11,.0f}{direct:>9,.0f}{app / direct:>7.2f}"
                          f"{f'{a50:.0f} / {a99:.0f} ms':>20}{workers:>18}{f'{d50:.0f} / {d99:.0f} ms':>17}"
                          f"{f'{a50 - d50:+.0f} ms':>21}")
     lines.append("(workers: the app's requests to vLLM, request to first piece, from the usage log; "
@@ -74,4 +78,4 @@ def render(rounds: Path = ROUNDS) -> str:
 
 
 if __name__ == "__main__":
-    print(render())
+    print(render(Path(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS))

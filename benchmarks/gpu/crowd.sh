@@ -159,6 +159,36 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
         --output "/tmp/res/$1/engine-core.txt" 2>&1 | tail -n 2
     wait $bench; grep -A3 "^ *conc" "/tmp/res/$1/one-stream-profiled.txt" | head -n 4
 }
+burst_round() {  # burst_round DIR: on the running stack, 64 chats at once through the app and 64
+                 # requests straight to vLLM (bench, sampled as the chat samples), then 1,000 of each
+                 # from 4 client processes, the workers' usage-log lines of the app's burst kept
+    local d=$1 seen; mkdir -p "$d"
+    cli qa-load --sessions 64 --timeout-s 60 --json > "$d/app-64.json"
+    direct_burst "${d#/tmp/res/}/direct-64" 64 --temperature 0.7 --top-p 0.9
+    # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json; fifth and
+    # sixth: four bench processes of 250 started by hand, direct-1..4, each with its own start)
+    # The workers' usage log (data/usage.jsonl) has each reply's first token as the app saw it,
+    # from its request to vLLM: what is left of the chat's TTFT is the app and the client's.
+    seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
+    cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
+    tail -n +$((seen + 1)) data/usage.jsonl > "$d/app-usage.jsonl" 2>/dev/null
+    direct_burst "${d#/tmp/res/}/direct" 1000 --processes 4 --temperature 0.7 --top-p 0.9
+    .venv/bin/python - "$d" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+def line(name, ms):
+    ms = sorted(ms)
+    if ms:
+        print(f"{name}: {len(ms)} first tokens, TTFT ms p50/p99 {statistics.median(ms):.0f}/{ms[int(0.99 * len(ms))]:.0f}")
+def chats(name):
+    return (1000 * c["ttft_s"] for c in json.loads((d / name).read_text())["sessions"] if c.get("ttft_s") is not None)
+line("app, 64 chats", chats("app-64.json"))
+line("app, 4 clients x 250", chats("app.json"))
+usage = [json.loads(l) for l in (d / "app-usage.jsonl").read_text().splitlines() if l.strip()]
+line("  of which the workers' requests to vLLM", (1000 * u["ttft_s"] for u in usage if u.get("ttft_s") is not None))
+PY
+}
 pack_results() {  # everything measured so far, in pieces the call brings back
     rm -f "$out"/results.tgz.part-*
     tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
@@ -334,34 +364,25 @@ PY
     up_start clients-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     for round in 1 2 3; do  # three rounds since the seventh session, each with 64 chats first
         (( $(left) > 60 )) || break
-        d=/tmp/res/clients-both/r$round; mkdir -p "$d"; pids=()
-        cli qa-load --sessions 64 --timeout-s 60 --json > "$d/app-64.json"
-        direct_burst "clients-both/r$round/direct-64" 64 --temperature 0.7 --top-p 0.9
-        # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json; fifth and
-        # sixth: four bench processes of 250 started by hand, direct-1..4, each with its own start)
-        # The workers' usage log (data/usage.jsonl) has each reply's first token as the app saw it,
-        # from its request to vLLM: what is left of the chat's TTFT is the app and the client's.
-        seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
-        cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
-        tail -n +$((seen + 1)) data/usage.jsonl > "$d/app-usage.jsonl" 2>/dev/null
-        direct_burst "clients-both/r$round/direct" 1000 --processes 4 --temperature 0.7 --top-p 0.9
-        .venv/bin/python - "$d" <<'PY'
-import json, statistics, sys
-from pathlib import Path
-d = Path(sys.argv[1])
-def line(name, ms):
-    ms = sorted(ms)
-    if ms:
-        print(f"{name}: {len(ms)} first tokens, TTFT ms p50/p99 {statistics.median(ms):.0f}/{ms[int(0.99 * len(ms))]:.0f}")
-def chats(name):
-    return (1000 * c["ttft_s"] for c in json.loads((d / name).read_text())["sessions"] if c.get("ttft_s") is not None)
-line("app, 64 chats", chats("app-64.json"))
-line("app, 4 clients x 250", chats("app.json"))
-usage = [json.loads(l) for l in (d / "app-usage.jsonl").read_text().splitlines() if l.strip()]
-line("  of which the workers' requests to vLLM", (1000 * u["ttft_s"] for u in usage if u.get("ttft_s") is not None))
-PY
+        burst_round "/tmp/res/clients-both/r$round"
     done
     up_stop ;;
+  clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
+               # httpx's pool (the seventh session's app/engine_client.py, carried as
+               # .gpu/engine_client_httpx.py), in ABBA order, each round on a stack of its own;
+               # a round not begun for want of time is left to the next call (exit 3)
+    mine=/tmp/engine_client_aiohttp.py; [ -f $mine ] || cp app/engine_client.py $mine
+    round=0
+    for variant in aiohttp httpx httpx aiohttp; do
+        round=$((round + 1)); d=/tmp/res/clients-ab/$round-$variant
+        [ -f "$d/done" ] && continue
+        (( $(left) > 150 )) || { cp $mine app/engine_client.py; exit 3; }
+        if [ $variant = httpx ]; then cp .gpu/engine_client_httpx.py app/engine_client.py; else cp $mine app/engine_client.py; fi
+        up_start "clients-ab/$round-$variant" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || { cp $mine app/engine_client.py; exit 1; }
+        burst_round "$d" && touch "$d/done"
+        up_stop
+    done
+    cp $mine app/engine_client.py ;;
   copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
              # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
              # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
