@@ -369,11 +369,12 @@ PY
     up_stop ;;
   clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
                # httpx's pool (the seventh session's app/engine_client.py, carried as
-               # .gpu/engine_client_httpx.py), in ABBA order, each round on a stack of its own;
+               # .gpu/engine_client_httpx.py), in ABBA order, each round on a stack of its own
+               # (here: `git show 5b3b907:app/engine_client.py > .gpu/engine_client_httpx.py`);
                # a round not begun for want of time is left to the next call (exit 3)
     mine=/tmp/engine_client_aiohttp.py; [ -f $mine ] || cp app/engine_client.py $mine
     round=0
-    for variant in aiohttp httpx httpx aiohttp; do
+    for variant in aiohttp httpx httpx aiohttp aiohttp httpx; do  # as many as the calls allow
         round=$((round + 1)); d=/tmp/res/clients-ab/$round-$variant
         [ -f "$d/done" ] && continue
         (( $(left) > 150 )) || { cp $mine app/engine_client.py; exit 3; }
