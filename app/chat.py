@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import aclosing
 from pathlib import Path
 from typing import Optional
@@ -188,6 +189,7 @@ async def on_message(message: cl.Message) -> None:
     # Stop must reach this task whatever path started it (docs/notes.md: Chainlit does not
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
+    cl.user_session.set("asked_at", time.perf_counter())  # for the usage log's stamps
     await regenerate.withdraw()
     if not message.content.strip() and not message.elements:
         await show_error(text(lang(), "empty"))
@@ -248,6 +250,7 @@ async def on_regenerate(action: cl.Action) -> None:
     asked = cl.user_session.get("conversation").last_asked()
     if asked is None or session_tasks.running():
         return
+    cl.user_session.set("asked_at", time.perf_counter())
     await regenerate.withdraw()
     await notice(text(lang(), "regenerated"))
     session_tasks.start_stoppable(lambda: answer(*asked))
@@ -257,7 +260,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
                         messages: list[dict], max_tokens: int, params: ChatParams) -> None:
     reply = cl.Message(content="", metadata={"kind": "reply"})
     batcher = TokenBatcher(reply.stream_token)
-    stats = ec.ReplyStats()
+    stats = ec.ReplyStats(asked_at=cl.user_session.get("asked_at"))
     # vLLM's own fields go to vLLM only: another server may refuse a field it does not
     # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
     vllm = getattr(cl.user_session.get("server"), "kind", server_info.VLLM) == server_info.VLLM
@@ -294,7 +297,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     STREAMING.finished(stats.tokens_per_s)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
-                     stats.ttft_s, stats.tokens_per_s, stats.finish_reason)
+                     stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps())
     reply.content = batcher.text + FIGURES_MARK + line + "*"
     await reply.send()
 

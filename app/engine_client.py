@@ -54,9 +54,14 @@ def make_client(settings: Settings) -> AsyncOpenAI:
 
 @dataclass
 class ReplyStats:
-    """Figures shown under a reply; token counts come from the stream's usage."""
+    """Figures shown under a reply; token counts come from the stream's usage.
 
-    started: float = field(default_factory=time.perf_counter)
+    Times are ``time.perf_counter()``, which on Linux reads the machine's monotonic clock
+    (CLOCK_MONOTONIC, as ``time.monotonic``): other processes of the machine can compare them.
+    """
+
+    started: float = field(default_factory=time.perf_counter)  # the request to the engine
+    asked_at: Optional[float] = None  # the user's message reached the chat's handler
     first_token_at: Optional[float] = None
     finished_at: Optional[float] = None
     prompt_tokens: Optional[int] = None
@@ -66,6 +71,11 @@ class ReplyStats:
     @property
     def ttft_s(self) -> Optional[float]:
         return None if self.first_token_at is None else self.first_token_at - self.started
+
+    def stamps(self) -> dict:
+        """When the message came, the request went and the first token came back, for a load
+        test to split a chat's first-token time between processes (benchmarks/gpu/burst_table.py)."""
+        return {"message": self.asked_at, "request": self.started, "first_token": self.first_token_at}
 
     @property
     def tokens_per_s(self) -> Optional[float]:

@@ -19,11 +19,15 @@ FIELDS = ("prompt_tokens", "completion_tokens")
 
 def append_usage(path: Path, prompt_tokens: int, completion_tokens: int,
                  ttft_s: Optional[float] = None, tokens_per_s: Optional[float] = None,
-                 finish_reason: Optional[str] = None) -> None:
+                 finish_reason: Optional[str] = None, at: Optional[dict] = None) -> None:
+    """``at``: named moments of the request on the machine's monotonic clock, in seconds
+    (``ReplyStats.stamps``), which a load test on the same machine lines up with its own."""
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "prompt_tokens": prompt_tokens,
               "completion_tokens": completion_tokens, "ttft_s": ttft_s,
               "tokens_per_s": tokens_per_s, "finish_reason": finish_reason}
+    if at is not None:
+        record["at"] = at
     line = (json.dumps(record) + "\n").encode("utf-8")
     with open(path, "a+b") as handle:
         # A line cut short by a crash would swallow this record too: end it first.

@@ -18,6 +18,7 @@ from server.loadtest import chat_socket, qa_load, qa_processes
 from server.loadtest.chat_socket import SessionRecord
 from server.loadtest.qa_load import count_crossed, summarize_sessions
 from server.stack.processes import free_port
+from server.usage_log import read_usage
 from tests.conftest import start_app
 
 # Short replies: 100 of them are generated together in seconds on 2 cores, not minutes.
@@ -225,8 +226,9 @@ def test_a_client_process_that_cannot_reach_the_app_stops_the_run_with_its_reaso
 def short_replies_app(engine, tmp_path_factory):
     """The chat on the session engine, every reply QA_MAX_TOKENS long (ignore_eos)."""
     settings, _ = engine
-    yield from start_app(tmp_path_factory.mktemp("qa"), engine_url=settings.engine_base_url,
-                         ignore_eos=True, max_tokens=QA_MAX_TOKENS)
+    tmp = tmp_path_factory.mktemp("qa")
+    yield from start_app(tmp, engine_url=settings.engine_base_url, ignore_eos=True,
+                         max_tokens=QA_MAX_TOKENS, usage_log=tmp / "usage.jsonl")
 
 
 def engine_requests(log: Path) -> dict[str, int]:
@@ -240,6 +242,8 @@ def engine_requests(log: Path) -> dict[str, int]:
 async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, short_replies_app):
     log = Path(engine[0].log_file)
     before = engine_requests(log)
+    usage = short_replies_app.usage_log
+    logged = len(read_usage(usage)[0]) if usage.exists() else 0
     result = await qa_load.run_load(short_replies_app.app_url, list(qa_load.DEFAULT_PROMPTS),
                                     QA_SESSIONS, QA_TIMEOUT_S)
     asked = {path: n - before[path] for path, n in engine_requests(log).items()}
@@ -256,6 +260,13 @@ async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, s
     chats = result["sessions"]
     assert len({c["reply_id"] for c in chats}) == QA_SESSIONS
     assert all(c["ttft_s"] < c["total_s"] for c in chats)
+    # The app's usage log and qa-load stamp one clock (benchmarks/gpu/burst_table.py's timeline):
+    # each message reached the handler, was asked of vLLM and got its first token in that order,
+    # between the first chat's send and the last chat's reply.
+    stamps = [r["at"] for r in read_usage(usage)[0][logged:]]
+    first_sent, last_reply = min(c["sent_at"] for c in chats), max(c["sent_at"] + c["total_s"] for c in chats)
+    assert len(stamps) == QA_SESSIONS
+    assert all(first_sent < s["message"] <= s["request"] < s["first_token"] < last_reply for s in stamps), stamps[:3]
 
 
 @pytest.mark.engine

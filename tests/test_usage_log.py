@@ -24,6 +24,13 @@ def test_append_then_read_round_trip(tmp_path):
     assert records[0]["finish_reason"] == "stop"
     assert records[1]["finish_reason"] is None
     assert all("time" in r for r in records)
+    assert "at" not in records[0]
+
+
+def test_stamps_are_kept_as_given(tmp_path):
+    path = tmp_path / "usage.jsonl"
+    append_usage(path, 10, 5, at={"message": 100.5, "request": 100.52, "first_token": 100.9})
+    assert read_usage(path)[0][0]["at"] == {"message": 100.5, "request": 100.52, "first_token": 100.9}
 
 
 def test_one_line_per_record_and_no_text(tmp_path):

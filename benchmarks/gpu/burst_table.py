@@ -54,10 +54,46 @@ def direct_side(round_dir: Path, name: str) -> tuple[float, list[float]]:
     return rate, [float(r["ttft_ms"]) for r in requests]
 
 
-def workers_side(round_dir: Path) -> list[float]:
+def usage_records(round_dir: Path) -> list[dict]:
     with gzip.open(round_dir / "app-usage.jsonl.gz", "rt") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [1000 * r["ttft_s"] for r in records if r.get("ttft_s") is not None]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def workers_side(round_dir: Path) -> list[float]:
+    return [1000 * r["ttft_s"] for r in usage_records(round_dir) if r.get("ttft_s") is not None]
+
+
+def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
+    """The 1,000-chat burst on one clock (since the eighth session's stamps): each chat's
+    message sent, reaching a worker's handler, its request to vLLM, the first token at the
+    worker, the first token at the client; empty for rounds without the stamps."""
+    chats = [c for c in chat_rows(round_dir / "app-chats.csv.gz") if c.get("sent_at")]
+    stamps = [r["at"] for r in usage_records(round_dir) if r.get("at")]
+    if not chats or not stamps:
+        return []
+    at = lambda name: [s[name] for s in stamps if s.get(name) is not None]
+    return [("sent by the clients", [float(c["sent_at"]) for c in chats]),
+            ("at a worker's handler", at("message")),
+            ("request to vLLM", at("request")),
+            ("first token at the worker", at("first_token")),
+            ("first token at the client", [float(c["sent_at"]) + float(c["ttft_s"])
+                                           for c in chats if c["ttft_s"]])]
+
+
+def render_timeline(rounds: Path) -> str:
+    """Each moment's p10 / p50 / p90, in ms since the burst's first message was sent."""
+    lines = []
+    for round_dir in sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists()):
+        named = moments(round_dir)
+        if not named:
+            continue
+        start = min(named[0][1])
+        lines.append(f"{round_dir.name}: ms since the first message of the 1,000, p10 / p50 / p90")
+        for name, times in named:
+            ms = sorted(1000 * (t - start) for t in times)
+            pick = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
+            lines.append(f"  {name:<28}{pick(0.1):>7.0f} /{pick(0.5):>6.0f} /{pick(0.9):>6.0f}   ({len(ms)})")
+    return "\n".join(lines)
 
 
 def render(rounds: Path = ROUNDS) -> str:
@@ -78,4 +114,6 @@ def render(rounds: Path = ROUNDS) -> str:
 
 
 if __name__ == "__main__":
-    print(render(Path(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS))
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS
+    print(render(folder))
+    print(render_timeline(folder))

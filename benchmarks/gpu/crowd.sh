@@ -29,8 +29,9 @@
 #          pieces: .gpu/c1..c7 (c7's call unpacks, carrying .gpu/haproxy.tgz too) and .gpu/a1..a7
 #          (a7's call carries .gpu/model and runs setup); lower CHUNK_MB as the tree grows, and
 #          keep new results out of the tree until the setup calls are done.
-#          Next session: `queue copies-together` first (2 copies now start together, their KV pools
-#          in bytes: not yet run on a GPU), then `queue clients-both` again if the app changed.
+#          2026-12-03, eighth session: `queue copies-together clients-ab` (2 calls, the machine's
+#          first start the 2 copies'), then on a second machine `queue clients-both copies-together`
+#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline).
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
@@ -368,9 +369,9 @@ PY
     done
     up_stop ;;
   clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
-               # httpx's pool (the seventh session's app/engine_client.py, carried as
-               # .gpu/engine_client_httpx.py), in ABBA order, each round on a stack of its own
-               # (here: `git show 5b3b907:app/engine_client.py > .gpu/engine_client_httpx.py`);
+               # httpx's pool (this checkout's app/engine_client.py with make_client as it was at
+               # 5b3b907, carried as .gpu/engine_client_httpx.py; the eighth session's first call
+               # carried 5b3b907's whole file), in ABBA order, each round on a stack of its own;
                # a round not begun for want of time is left to the next call (exit 3)
     mine=/tmp/engine_client_aiohttp.py; [ -f $mine ] || cp app/engine_client.py $mine
     round=0

@@ -23,7 +23,7 @@ from pathlib import Path
 LEFT_OUT = ("app.log", "balancer.log", "engine-state.json")
 BIG_BENCH = 4 * 2**20
 CHAT_COLUMNS = ("index", "welcomed", "moved", "resumed", "open_s", "ttft_s", "total_s", "replied",
-                "complete", "reply_tokens", "error")
+                "complete", "reply_tokens", "error", "sent_at")
 
 
 def keep_qa(source: Path, target: Path) -> None:

@@ -51,6 +51,9 @@ class SessionRecord:
     open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
     ttft_s: Optional[float] = None
     total_s: Optional[float] = None
+    # When the message went out, on the machine's monotonic clock (time.perf_counter on
+    # Linux): the app's usage log stamps its side on the same clock (ReplyStats.stamps).
+    sent_at: Optional[float] = None
     reply_id: Optional[str] = None
     streamed: str = ""            # stream_start's text plus every stream_token of the reply
     final: Optional[str] = None   # the reply as the app sent it last
@@ -142,7 +145,7 @@ class ChatSession:
         return (self.record.welcomed or self.record.moved or self.record.resumed) and not self.record.error
 
     async def ask(self) -> None:
-        self.sent_at = time.perf_counter()
+        self.sent_at = self.record.sent_at = time.perf_counter()
         try:
             await self.sio.emit("client_message", {"message": user_step(self.record.prompt),
                                                    "fileReferences": []})
@@ -157,7 +160,7 @@ class ChatSession:
         """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
         record = self.record
         record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
-        record.ttft_s = record.total_s = None
+        record.ttft_s = record.total_s = record.sent_at = None
         self.turn_done.clear()
         self._in_turn = False
 

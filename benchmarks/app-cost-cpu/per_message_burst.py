@@ -1,0 +1,135 @@
+"""The app's CPU per message in a burst: one Chainlit worker, N chats that all send at once.
+
+    .venv/bin/python benchmarks/app-cost-cpu/per_message_burst.py --engine http://127.0.0.1:8000 \
+        --chats 128 --turns 6 --baseline-root ../baseline-checkout --pairs 3 --out DIR [--profile]
+
+A crowd's burst queues every message on its worker's one event loop before its request
+reaches vLLM (docs/gpu-crowd.md, "seventh session"), so what a message costs the worker
+is what the later chats of a burst wait.  `bench --app-cost` counts the CPU per streamed
+token, opening the chats included; this counts the CPU per message alone: the chats are
+opened first (not measured), then every turn sends one message in each chat at once and
+reads the app process's CPU (utime + stime) over it.  Replies are 4 tokens (the server's
+``ignore_eos``), so the reading is nearly all per-message work: the handler, the request to
+the engine, Chainlit's steps and emits.  The first turn opens the worker's connections to
+the engine and is left out of the mean.
+
+With ``--baseline-root`` the two checkouts run in ABBA order (this one first), each time on
+a fresh worker, and the ratio of paired means is printed; ``--profile`` records a py-spy
+profile (collapsed stacks, ``--format raw``) of one more run of this checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from server.loadtest.app_cost import ProfiledApp, process_cpu_s  # noqa: E402
+from server.loadtest.chat_socket import ChatSession  # noqa: E402
+from server.loadtest.qa_load import make_records  # noqa: E402
+
+PROMPTS = ["Say hello.", "Tell me a story.", "What is a GPU?", "Count to three."]
+REPLY_TOKENS = 4
+
+
+async def turns(url: str, chats: int, count: int, pid: int) -> list[dict]:
+    """Open ``chats`` chats, then ``count`` turns of one message each, all at once."""
+    sessions = [ChatSession(record) for record in make_records(PROMPTS, chats)]
+    await asyncio.gather(*(s.open(url) for s in sessions))
+    out = []
+    try:
+        for turn in range(count):
+            before, started = process_cpu_s(pid), time.perf_counter()
+            await asyncio.gather(*(s.ask() for s in sessions))
+            cpu = process_cpu_s(pid) - before
+            ttft = sorted(1000 * s.record.ttft_s for s in sessions if s.record.ttft_s is not None)
+            out.append({"turn": turn, "cpu_ms_per_message": 1000 * cpu / chats,
+                        "wall_s": time.perf_counter() - started, "replied": len(ttft),
+                        "ttft_p50_ms": statistics.median(ttft) if ttft else None})
+            for s in sessions:
+                s.next_turn(PROMPTS[(turn + 1) % len(PROMPTS)])
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+    return out
+
+
+def one_run(engine: str, root: Path, chats: int, count: int, out_dir: Path,
+            profile: Path | None = None) -> list[dict]:
+    with ProfiledApp(engine, REPLY_TOKENS, root, {}, out_dir) as app:
+        spy = None
+        if profile is not None:
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
+                                    str(app.pid), "--rate", "250", "--format", "raw",
+                                    "--output", str(profile)], stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attaches
+        try:
+            return asyncio.run(turns(app.url, chats, count, app.pid))
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes the profile on SIGINT
+                spy.wait(timeout=60)
+
+
+def mean_after_first(run: list[dict]) -> float:
+    return statistics.fmean(t["cpu_ms_per_message"] for t in run[1:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", default="http://127.0.0.1:8000")
+    parser.add_argument("--chats", type=int, default=128)
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--baseline-root", type=Path)
+    parser.add_argument("--pairs", type=int, default=3, help="ABBA pairs with --baseline-root")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.turns < 2:
+        parser.error("--turns must be 2 or more: the first turn is left out of the mean")
+    args.out.mkdir(parents=True, exist_ok=True)
+    order = [("this", ROOT)]
+    if args.baseline_root:
+        abba = [("this", ROOT), ("baseline", args.baseline_root.resolve())]
+        order = [abba[i % 2] if (i // 2) % 2 == 0 else abba[1 - i % 2] for i in range(2 * args.pairs)]
+    results: dict[str, list[float]] = {}
+    runs = []
+    for i, (label, root) in enumerate(order):
+        run = one_run(args.engine, root, args.chats, args.turns, args.out)
+        mean = mean_after_first(run)
+        results.setdefault(label, []).append(mean)
+        runs.append({"label": label, "root": str(root), "turns": run})
+        each = ", ".join(f"{t['cpu_ms_per_message']:.2f}" for t in run)
+        print(f"run {i + 1}/{len(order)} {label}: {mean:.2f} ms of CPU per message (turns: {each})",
+              flush=True)
+    summary = {label: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "n": len(v)}
+               for label, v in results.items()}
+    for label, s in summary.items():
+        print(f"{label}: {s['mean']:.2f} ms per message (min {s['min']:.2f}, max {s['max']:.2f}, {s['n']} runs)")
+    if "baseline" in results:
+        ratios = [a / b for a, b in zip(results["this"], results["baseline"])]
+        summary["ratio"] = {"mean": statistics.fmean(ratios), "min": min(ratios), "max": max(ratios)}
+        overlap = summary["this"]["max"] >= summary["baseline"]["min"] and \
+            summary["baseline"]["max"] >= summary["this"]["min"]
+        print(f"this / baseline, paired: {summary['ratio']['mean']:.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+              + ("; the ranges overlap: noise" if overlap else "; the ranges do not overlap"))
+    if args.profile:
+        one_run(args.engine, ROOT, args.chats, args.turns, args.out, args.out / "profile-raw.txt")
+        print(f"profile: {args.out / 'profile-raw.txt'}")
+    (args.out / "per-message.json").write_text(json.dumps(
+        {"chats": args.chats, "turns": args.turns, "reply_tokens": REPLY_TOKENS,
+         "summary": summary, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
