@@ -31,7 +31,8 @@
 #          keep new results out of the tree until the setup calls are done.
 #          2026-12-03, eighth session: `queue copies-together clients-ab` (2 calls, the machine's
 #          first start the 2 copies'), then on a second machine `queue clients-both copies-together`
-#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline).
+#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline), then
+#          on a third `queue workers-ab`.
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
@@ -190,6 +191,26 @@ usage = [json.loads(l) for l in (d / "app-usage.jsonl").read_text().splitlines()
 line("  of which the workers' requests to vLLM", (1000 * u["ttft_s"] for u in usage if u.get("ttft_s") is not None))
 PY
 }
+ab_rounds() {  # ab_rounds PHASE PREPARE VARIANT...: each variant in turn on a stack of its own,
+               # burst_round on it; `PREPARE VARIANT` (a function) readies the tree and prints the
+               # stack's VAR=VALUE settings. Rounds done are skipped; a round that would not fit in
+               # the call returns 3, which the queue leaves to the next call.
+    local phase=$1 prepare=$2 round=0 variant d; shift 2
+    for variant in "$@"; do
+        round=$((round + 1)); d=/tmp/res/$phase/$round-$variant
+        [ -f "$d/done" ] && continue
+        (( $(left) > 150 )) || return 3
+        up_start "$phase/$round-$variant" ERNIE_STREAM_INTERVAL=8 $($prepare "$variant") || return 1
+        burst_round "$d" && touch "$d/done"
+        up_stop
+    done
+}
+client_variant() {  # the chat's HTTP client: aiohttp (this checkout's) or httpx's pool
+    if [ "$1" = httpx ]; then cp .gpu/engine_client_httpx.py app/engine_client.py
+    else cp /tmp/engine_client_aiohttp.py app/engine_client.py; fi
+    echo ERNIE_APP_WORKERS=8
+}
+workers_variant() { echo "ERNIE_APP_WORKERS=${1#w}"; }
 pack_results() {  # everything measured so far, in pieces the call brings back
     rm -f "$out"/results.tgz.part-*
     tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
@@ -371,20 +392,14 @@ PY
   clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
                # httpx's pool (this checkout's app/engine_client.py with make_client as it was at
                # 5b3b907, carried as .gpu/engine_client_httpx.py; the eighth session's first call
-               # carried 5b3b907's whole file), in ABBA order, each round on a stack of its own;
-               # a round not begun for want of time is left to the next call (exit 3)
-    mine=/tmp/engine_client_aiohttp.py; [ -f $mine ] || cp app/engine_client.py $mine
-    round=0
-    for variant in aiohttp httpx httpx aiohttp aiohttp httpx; do  # as many as the calls allow
-        round=$((round + 1)); d=/tmp/res/clients-ab/$round-$variant
-        [ -f "$d/done" ] && continue
-        (( $(left) > 150 )) || { cp $mine app/engine_client.py; exit 3; }
-        if [ $variant = httpx ]; then cp .gpu/engine_client_httpx.py app/engine_client.py; else cp $mine app/engine_client.py; fi
-        up_start "clients-ab/$round-$variant" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || { cp $mine app/engine_client.py; exit 1; }
-        burst_round "$d" && touch "$d/done"
-        up_stop
-    done
-    cp $mine app/engine_client.py ;;
+               # carried 5b3b907's whole file), in ABBA order
+    [ -f /tmp/engine_client_aiohttp.py ] || cp app/engine_client.py /tmp/engine_client_aiohttp.py
+    ab_rounds clients-ab client_variant aiohttp httpx httpx aiohttp aiohttp httpx; rc=$?
+    cp /tmp/engine_client_aiohttp.py app/engine_client.py; exit $rc ;;
+  workers-ab)  # eighth session: 12 app workers against the default 8, in ABBA order (the bursts'
+               # timeline put ~85 ms of the app's ~120 before the handler: the queue of 125
+               # messages each of 8 workers takes at once)
+    ab_rounds workers-ab workers_variant w12 w8 w8 w12 w12 w8; exit $? ;;
   copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
              # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
              # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
