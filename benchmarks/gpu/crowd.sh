@@ -31,8 +31,9 @@
 #          keep new results out of the tree until the setup calls are done.
 #          2026-12-03, eighth session: `queue copies-together clients-ab` (2 calls, the machine's
 #          first start the 2 copies'), then on a second machine `queue clients-both copies-together`
-#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline), then
-#          on a third `queue workers-ab`.
+#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline); a
+#          third machine, for `queue workers-ab`, was refused.
+#          Next session: `queue workers-ab` first (12 app workers against 8 in bursts of 1,000).
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
