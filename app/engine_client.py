@@ -33,10 +33,10 @@ def make_client(settings: Settings) -> AsyncOpenAI:
 
     Its default transport, httpcore's pool, walks every connection on each request and on
     each response's end, probing each idle one's socket (``getpeername`` and ``poll``): in
-    a crowd, with a hundred connections kept, that was 14 % + 10 % of a worker's CPU, and the
-    request cost 3.4-3.8 ms of CPU against 1.4-2.1 ms through aiohttp (docs/notes.md, "The
-    app's cost per message"). Requests, errors and timeouts stay the SDK's: the transport
-    turns aiohttp's exceptions into httpx2's.
+    a burst, with a hundred connections kept, that was 19 % of a worker's CPU, and a request
+    cost 3.4-3.8 ms of CPU against 1.4-2.1 ms through aiohttp; a worker's message, 8.1 ms
+    against 5.1 (docs/notes.md, "The HTTP client's pool"). Requests, errors and timeouts stay
+    the SDK's: the transport turns aiohttp's exceptions into httpx2's (see ``error_kind``).
     """
     # The read timeout is per socket read (aiohttp's sock_read, as httpx's), so it bounds the
     # wait for the *next* token rather than the whole reply: a long answer never times out,
