@@ -23,17 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import statistics
-import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.app_cost import ProfiledApp, process_cpu_s  # noqa: E402
+from server.loadtest.app_cost import (ProfiledApp, Variant, alternate, process_cpu_s,  # noqa: E402
+                                     py_spy, spread)
 from server.loadtest.chat_socket import ChatSession  # noqa: E402
 from server.loadtest.qa_load import make_records  # noqa: E402
 
@@ -65,18 +65,8 @@ async def turns(url: str, chats: int, count: int, pid: int) -> list[dict]:
 def one_run(engine: str, root: Path, chats: int, count: int, out_dir: Path,
             profile: Path | None = None) -> list[dict]:
     with ProfiledApp(engine, REPLY_TOKENS, root, {}, out_dir) as app:
-        spy = None
-        if profile is not None:
-            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
-                                    str(app.pid), "--rate", "250", "--format", "raw",
-                                    "--output", str(profile)], stderr=subprocess.DEVNULL)
-            time.sleep(1.0)  # py-spy attaches
-        try:
+        with py_spy(app.pid, profile, "raw", 250) if profile else nullcontext():
             return asyncio.run(turns(app.url, chats, count, app.pid))
-        finally:
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)  # py-spy writes the profile on SIGINT
-                spy.wait(timeout=60)
 
 
 def mean_after_first(run: list[dict]) -> float:
@@ -96,27 +86,25 @@ def main() -> int:
     if args.turns < 2:
         parser.error("--turns must be 2 or more: the first turn is left out of the mean")
     args.out.mkdir(parents=True, exist_ok=True)
-    order = [("this", ROOT)]
+    order = [Variant("this", ROOT, {})]
     if args.baseline_root:
-        abba = [("this", ROOT), ("baseline", args.baseline_root.resolve())]
-        order = [abba[i % 2] if (i // 2) % 2 == 0 else abba[1 - i % 2] for i in range(2 * args.pairs)]
+        order = alternate(order + [Variant("baseline", args.baseline_root.resolve(), {})], args.pairs)
     results: dict[str, list[float]] = {}
     runs = []
-    for i, (label, root) in enumerate(order):
-        run = one_run(args.engine, root, args.chats, args.turns, args.out)
+    for i, variant in enumerate(order):
+        run = one_run(args.engine, variant.root, args.chats, args.turns, args.out)
         mean = mean_after_first(run)
-        results.setdefault(label, []).append(mean)
-        runs.append({"label": label, "root": str(root), "turns": run})
+        results.setdefault(variant.label, []).append(mean)
+        runs.append({"label": variant.label, "root": str(variant.root), "turns": run})
         each = ", ".join(f"{t['cpu_ms_per_message']:.2f}" for t in run)
-        print(f"run {i + 1}/{len(order)} {label}: {mean:.2f} ms of CPU per message (turns: {each})",
-              flush=True)
-    summary = {label: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "n": len(v)}
-               for label, v in results.items()}
+        print(f"run {i + 1}/{len(order)} {variant.label}: {mean:.2f} ms of CPU per message "
+              f"(turns: {each})", flush=True)
+    summary = {label: spread(v) for label, v in results.items()}
     for label, s in summary.items():
         print(f"{label}: {s['mean']:.2f} ms per message (min {s['min']:.2f}, max {s['max']:.2f}, {s['n']} runs)")
     if "baseline" in results:
         ratios = [a / b for a, b in zip(results["this"], results["baseline"])]
-        summary["ratio"] = {"mean": statistics.fmean(ratios), "min": min(ratios), "max": max(ratios)}
+        summary["ratio"] = spread(ratios)
         overlap = summary["this"]["max"] >= summary["baseline"]["min"] and \
             summary["baseline"]["max"] >= summary["this"]["min"]
         print(f"this / baseline, paired: {summary['ratio']['mean']:.2f} "

@@ -80,10 +80,15 @@ def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
                                            for c in chats if c["ttft_s"]])]
 
 
+def round_dirs(rounds: Path) -> list[Path]:
+    """The folders of ``rounds`` that hold a round (crowd.sh's `burst_round`)."""
+    return sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists())
+
+
 def render_timeline(rounds: Path) -> str:
     """Each moment's p10 / p50 / p90, in ms since the burst's first message was sent."""
     lines = []
-    for round_dir in sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists()):
+    for round_dir in round_dirs(rounds):
         named = moments(round_dir)
         if not named:
             continue
@@ -99,7 +104,7 @@ def render_timeline(rounds: Path) -> str:
 def render(rounds: Path = ROUNDS) -> str:
     lines = [f"{'round':<11}{'chats':>6}{'app tok/s':>11}{'direct':>9}{'ratio':>7}"
              f"{'chat TTFT p50/p99':>20}{'workers p50/p99':>18}{'direct p50/p99':>17}{'app over direct p50':>21}"]
-    for round_dir in sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists()):
+    for round_dir in round_dirs(rounds):
         for chats, app_name, direct_name in ((64, "app-64", "direct-64"), (1000, "app", "direct")):
             app, app_ms = app_side(round_dir, app_name)
             direct, direct_ms = direct_side(round_dir, direct_name)

@@ -30,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean, pstdev
-from typing import Optional
+from typing import Iterator, Optional
 
 from server.loadtest.config import BenchError
 from server.loadtest.qa_load import DEFAULT_PROMPTS, render, run_load
@@ -184,22 +184,30 @@ def measured_run(app: ProfiledApp, sessions: int) -> tuple[CostRun, dict]:
     return run, result
 
 
-def profile_run(app: ProfiledApp, sessions: int, svg: Path) -> None:
-    """One burst under ``py-spy record``; the flame graph goes to ``svg``."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(py_spy).exists():
+@contextmanager
+def py_spy(pid: int, output: Path, fmt: str = "flamegraph", rate: int = 200) -> Iterator[None]:
+    """``py-spy record`` of process ``pid`` while the block runs; its profile goes to ``output``
+    (``fmt``: py-spy's ``flamegraph``, or ``raw`` collapsed stacks)."""
+    binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(binary).exists():
         raise BenchError("--profile needs py-spy (pip install --no-deps py-spy==0.4.3).")
-    spy = subprocess.Popen([py_spy, "record", "--pid", str(app.pid), "--rate", "200",
-                            "--output", str(svg), "--format", "flamegraph"],
+    spy = subprocess.Popen([binary, "record", "--pid", str(pid), "--rate", str(rate),
+                            "--output", str(output), "--format", fmt],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         time.sleep(1.0)  # py-spy attaches
-        asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), sessions, RUN_TIMEOUT_S))
+        yield
     finally:
-        spy.send_signal(signal.SIGINT)  # py-spy writes the graph on SIGINT
+        spy.send_signal(signal.SIGINT)  # py-spy writes the profile on SIGINT
         _, err = spy.communicate(timeout=120)
-    if not svg.exists():
+    if not output.exists():
         raise BenchError(f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}")
+
+
+def profile_run(app: ProfiledApp, sessions: int, svg: Path) -> None:
+    """One burst under ``py-spy record``; the flame graph goes to ``svg``."""
+    with py_spy(app.pid, svg):
+        asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), sessions, RUN_TIMEOUT_S))
 
 
 @dataclass(frozen=True)
