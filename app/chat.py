@@ -1,8 +1,9 @@
 """The Chainlit chat: streams replies from the engine, fitted to its context window.
 
-Run by the supervisor as ``chainlit run app/chat.py --headless``.  The handlers
-stay thin: streaming, history fitting, texts, personas, the settings panel, saved
-chats, attached files, export and Regenerate live in their own modules.
+Run by the supervisor as ``python -m app.serve run app/chat.py --headless`` (Chainlit's
+CLI without nest_asyncio: app/serve.py).  The handlers stay thin: streaming, history
+fitting, texts, personas, the settings panel, saved chats, attached files, export and
+Regenerate live in their own modules.
 
 Only real exchanges enter the model's history (:class:`Conversation`).  Every
 other message the chat shows (welcome, notices, errors, figures) is marked

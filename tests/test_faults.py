@@ -179,7 +179,7 @@ def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
 
 def test_app_killed_is_restarted_and_serves_new_chats(stack):
     mark = len(stack.lines)
-    os.kill(stack.pid_of("chainlit"), signal.SIGKILL)
+    os.kill(stack.pid_of("app.serve"), signal.SIGKILL)
     # The supervisor may still be busy bringing vLLM back from the previous test.
     stack.wait_for(r"\[app\] exited", after=mark, timeout_s=180)
     stack.wait_for(r"Chainlit ready at", after=mark, timeout_s=180)

@@ -120,7 +120,7 @@ def test_the_processes_asked_for_really_run(stack):
     assert len([t for t in running if t.startswith("VLLM::APIServer_")]) == 4, running
     assert len([t for t in running if t.startswith("VLLM::EngineCore")]) == 2, running
     assert len([t for t in running if "haproxy" in t]) == 1
-    assert len([t for t in running if "chainlit run" in t]) == 2
+    assert len([t for t in running if "app.serve run" in t]) == 2
 
 
 def test_requests_through_the_balancer_reach_both_engine_copies(stack):

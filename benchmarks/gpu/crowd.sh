@@ -212,6 +212,12 @@ client_variant() {  # the chat's HTTP client: aiohttp (this checkout's) or httpx
     echo ERNIE_APP_WORKERS=8
 }
 workers_variant() { echo "ERNIE_APP_WORKERS=${1#w}"; }
+loop_variant() {  # the workers' loop: asyncio's C tasks (this checkout's app/serve.py) or, as
+                  # `chainlit run` has it, nest_asyncio's pure-Python ones
+    if [ "$1" = nest ]; then printf 'import sys\nfrom chainlit.cli import cli\nsys.exit(cli())\n' > app/serve.py
+    else cp /tmp/serve_c_loop.py app/serve.py; fi
+    echo ERNIE_APP_WORKERS=8
+}
 pack_results() {  # everything measured so far, in pieces the call brings back
     rm -f "$out"/results.tgz.part-*
     tar -czf - -C /tmp/res . | split -b 15M - "$out/results.tgz.part-"
@@ -401,6 +407,12 @@ PY
                # timeline put ~85 ms of the app's ~120 before the handler: the queue of 125
                # messages each of 8 workers takes at once)
     ab_rounds workers-ab workers_variant w12 w8 w8 w12 w12 w8; exit $? ;;
+  loop-ab)  # ninth session: the workers without nest_asyncio (app/serve.py: asyncio's C Task and
+            # Future; 0.88 of the CPU per message on the 2-core box) against `chainlit run`'s
+            # pure-Python loop, in ABBA order
+    [ -f /tmp/serve_c_loop.py ] || cp app/serve.py /tmp/serve_c_loop.py
+    ab_rounds loop-ab loop_variant c nest nest c c nest; rc=$?
+    cp /tmp/serve_c_loop.py app/serve.py; exit $rc ;;
   copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
              # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
              # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes

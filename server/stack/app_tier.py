@@ -75,7 +75,8 @@ class AppTier:
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(root / ".cache" / "chainlit-auth-secret")
         self.workers = []
         for index, port in enumerate(ports):
-            argv = [sys.executable, "-m", "chainlit", "run", str(root / "app" / "chat.py"),
+            # Chainlit's CLI without nest_asyncio, whose pure-Python loop costs CPU (app/serve.py).
+            argv = [sys.executable, "-m", "app.serve", "run", str(root / "app" / "chat.py"),
                     "--headless", "--host", host, "--port", str(port)]
             proc = ManagedProcess("app", argv, worker_log_path(log_path, index),
                                   env={**env, "ERNIE_WORKER_INDEX": str(index)}, cwd=root)
