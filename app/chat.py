@@ -51,7 +51,7 @@ CLIENT = ec.make_client(SETTINGS)
 for _client_log in ("httpx", "httpx2"):
     logging.getLogger(_client_log).setLevel(logging.WARNING)
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
-                         limits=httpx.Limits(max_connections=None, keepalive_expiry=ec.KEEPALIVE_S))
+                         limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s))
 live_view.install(SETTINGS.engine_base_url)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)

@@ -21,13 +21,6 @@ from openai import AsyncOpenAI
 from server.settings import Settings, auth_headers
 
 
-# vLLM closes a kept-alive connection after 5 idle seconds (VLLM_HTTP_TIMEOUT_KEEP_ALIVE),
-# and httpx keeps one for 5 s too: a request sent on it just as the server closes it fails
-# with "Server disconnected", which the chat would call "engine not reachable" (seen with
-# `qa-load --users 1000`). The app's clients let idle connections go well before the server.
-KEEPALIVE_S = 2.0
-
-
 def make_client(settings: Settings) -> AsyncOpenAI:
     """The chat's client: the SDK's own, sending through aiohttp (its ``DefaultAioHttpClient``).
 
@@ -42,7 +35,9 @@ def make_client(settings: Settings) -> AsyncOpenAI:
     # wait for the *next* token rather than the whole reply: a long answer never times out,
     # a hung engine does.
     timeout = httpx.Timeout(connect=5.0, read=settings.request_timeout_s, write=10.0, pool=5.0)
-    limits = httpx2.Limits(max_connections=1000, keepalive_expiry=KEEPALIVE_S)
+    # Idle connections go well before the engine closes them (settings.engine_keepalive_s): a
+    # request sent on one just as the server closes it would fail as "engine not reachable".
+    limits = httpx2.Limits(max_connections=1000, keepalive_expiry=settings.app_keepalive_s)
     return AsyncOpenAI(
         base_url=f"{settings.engine_base_url}/v1",
         api_key=settings.api_key_value or "not-needed",

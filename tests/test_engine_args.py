@@ -167,6 +167,18 @@ def test_engine_core_process_start_method(device, setting, method):
     assert cmd.env["VLLM_WORKER_MULTIPROC_METHOD"] == method
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("overrides, app_s, engine_s", [
+    ({}, 60.0, "75"),                                        # the engine up starts
+    ({"engine_keepalive_s": 100}, 100.0, "115"),
+    ({"engine_url": "http://10.0.0.7:8000"}, 2.0, "17"),    # vLLM's 5 s may hold there
+])
+def test_the_engine_keeps_idle_connections_longer_than_the_app_does(device, overrides, app_s, engine_s):
+    settings = load_settings(**overrides)
+    assert settings.app_keepalive_s == app_s
+    assert engine_command(settings, MODEL, device, PYTHON).env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == engine_s
+
+
 def test_printable_is_the_argv_as_one_shell_line():
     cmd = command("cpu", extra_engine_args="--chat-template 'a b.jinja'")
     assert shlex.split(cmd.printable()) == cmd.argv

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from contextlib import aclosing
 
@@ -181,3 +182,16 @@ def test_live_metrics_read_the_real_engine(engine):
     assert 0.0 <= metrics.kv_cache_usage <= 1.0
     assert metrics.generation_tokens > 0  # earlier tests in this module generated text
     assert "KV cache" in metrics.summary() and "waiting" in metrics.summary()
+
+
+def test_the_engine_up_starts_keeps_an_idle_connection_past_vllms_own_5_s(engine):
+    """The app keeps idle connections for settings.app_keepalive_s (60 s here), so the engine
+    must not close them first: a chat's next message after a reader's pause reuses one."""
+    settings, _ = engine
+    host, port = settings.engine_base_url.removeprefix("http://").rsplit(":", 1)
+    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        for pause_s in (0, 7):
+            time.sleep(pause_s)
+            sock.sendall(request)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200"), f"closed after {pause_s} s idle"

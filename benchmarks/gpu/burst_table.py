@@ -28,6 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from cpu_during import busiest, describe, window  # this folder's: the machine's CPU in a burst
 from crowd_table import chat_rows  # this folder's: a gzipped CSV's rows
 
 ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
@@ -80,6 +81,28 @@ def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
                                            for c in chats if c["ttft_s"]])]
 
 
+def cpu_samples(round_dir: Path, name: str) -> tuple[int, list[dict]]:
+    """(the machine's cores, cpu_during.py's samples) of one side's burst; none before the
+    ninth session."""
+    for path in (round_dir / f"{name}.json", round_dir / f"{name}.json.gz"):
+        if path.exists():
+            data = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+            return data.get("cores") or 0, data.get("samples") or []
+    return 0, []
+
+
+def cpu_lines(round_dir: Path, burst_start: float) -> list[str]:
+    """The machine's busy cores in the app burst's first second, and in direct's busiest."""
+    lines = []
+    of, samples = cpu_samples(round_dir, "cpu-app")
+    if samples and (first_s := window(samples, burst_start)):
+        lines.append("  " + describe(first_s, "app, the second after the first message", of))
+    of, samples = cpu_samples(round_dir, "cpu-direct")
+    if samples and (peak := busiest(samples)):
+        lines.append("  " + describe(peak, "direct, its busiest second", of))
+    return lines
+
+
 def round_dirs(rounds: Path) -> list[Path]:
     """The folders of ``rounds`` that hold a round (crowd.sh's `burst_round`)."""
     return sorted(d for d in rounds.iterdir() if (d / "app-usage.jsonl.gz").exists())
@@ -98,6 +121,7 @@ def render_timeline(rounds: Path) -> str:
             ms = sorted(1000 * (t - start) for t in times)
             pick = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
             lines.append(f"  {name:<28}{pick(0.1):>7.0f} /{pick(0.5):>6.0f} /{pick(0.9):>6.0f}   ({len(ms)})")
+        lines += cpu_lines(round_dir, start)
     return "\n".join(lines)
 
 

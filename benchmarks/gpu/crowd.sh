@@ -162,6 +162,11 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
         --output "/tmp/res/$1/engine-core.txt" 2>&1 | tail -n 2
     wait $bench; grep -A3 "^ *conc" "/tmp/res/$1/one-stream-profiled.txt" | head -n 4
 }
+cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (since the
+               # ninth session: is a burst bound by the machine's cores?)
+    python3 benchmarks/gpu/cpu_during.py "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
+}
+cpu_stop() { kill -INT $cpu_pid 2>/dev/null; wait $cpu_pid 2>/dev/null; }
 burst_round() {  # burst_round DIR: on the running stack, 64 chats at once through the app and 64
                  # requests straight to vLLM (bench, sampled as the chat samples), then 1,000 of each
                  # from 4 client processes, the workers' usage-log lines of the app's burst kept
@@ -173,9 +178,13 @@ burst_round() {  # burst_round DIR: on the running stack, 64 chats at once throu
     # The workers' usage log (data/usage.jsonl) has each reply's first token as the app saw it,
     # from its request to vLLM: what is left of the chat's TTFT is the app and the client's.
     seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
+    cpu_start "$d/cpu-app"
     cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app.json"
+    cpu_stop
     tail -n +$((seen + 1)) data/usage.jsonl > "$d/app-usage.jsonl" 2>/dev/null
+    cpu_start "$d/cpu-direct"
     direct_burst "${d#/tmp/res/}/direct" 1000 --processes 4 --temperature 0.7 --top-p 0.9
+    cpu_stop
     .venv/bin/python - "$d" <<'PY'
 import json, statistics, sys
 from pathlib import Path

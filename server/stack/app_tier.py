@@ -69,8 +69,10 @@ class AppTier:
     def __init__(self, settings: Settings, host: str, ports: tuple[int, ...], engine_url: str,
                  root: Path, log_path: Path, out: Callable[[str], None] = print):
         self.settings, self.root, self.out = settings, root, out
+        # The workers' engine_url is always set, so they are told the keep-alive it implies here.
         env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": engine_url,
-               "CHAINLIT_APP_ROOT": str(root), "ERNIE_WORKERS_TOTAL": str(len(ports))}
+               "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
+               "CHAINLIT_APP_ROOT": str(root)}
         if settings.users is not None:  # login, with or without saved chats
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(root / ".cache" / "chainlit-auth-secret")
         self.workers = []

@@ -120,7 +120,8 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
     # One is vLLM's default only without data parallelism; with it vLLM starts one per copy.
     if settings.node_role == "head" and (copy.api_servers > 1 or settings.data_parallel_size > 1):
         argv += ["--api-server-count", str(copy.api_servers)]
-    env = {"VLLM_WORKER_MULTIPROC_METHOD": start_method(settings, device)}
+    env = {"VLLM_WORKER_MULTIPROC_METHOD": start_method(settings, device),
+           "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(settings.engine_keepalive_limit_s)}
     if device == "cuda":
         env.update(triton_cache(os.environ))
         argv += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]

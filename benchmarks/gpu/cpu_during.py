@@ -1,0 +1,148 @@
+"""The machine's CPU while a burst runs, by kind of process (crowd.sh's `burst_round`).
+
+    python3 benchmarks/gpu/cpu_during.py OUT.json &  ...the burst...  ; kill -INT $!
+
+Until it is interrupted it reads, every 50 ms, how busy the machine's cores were
+(/proc/stat) and how much CPU each process used (/proc/PID/stat), grouped by what the
+process is (its command line: the app's workers, vLLM's API servers and engine core,
+HAProxy, the load clients). On SIGINT or SIGTERM it writes the samples and prints the busy
+cores, by group, in the busiest second and over the whole run; ``burst_table.py`` reads the
+samples for the second after a burst's first message (the samples' ``t`` is the monotonic
+clock that qa-load's ``sent_at`` reads).
+
+Why: on the lent H200s neither fewer messages per worker (12 workers against 8) nor a
+cheaper message (the loop without nest_asyncio) moved a 1,000-chat burst's wait before the
+handler out of the noise (docs/gpu-crowd.md, "ninth session"): is the machine's every core
+busy in the burst's first second, and with what?
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+PERIOD_S = 0.05
+TICKS = os.sysconf("SC_CLK_TCK")
+# Checked in order against a process's command line (vLLM sets its processes' titles).
+GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
+          ("API servers", "APIServer"), ("API servers", "vllm_serve"), ("supervisor", "server.cli up"),
+          ("app workers", "app.serve"), ("app workers", "chainlit run"), ("balancer", "haproxy"),
+          ("load clients", "server.cli qa-load"), ("load clients", "server.cli bench"),
+          ("load clients", "server.loadtest."))
+
+
+def group_of(cmdline: str) -> str:
+    return next((name for name, needle in GROUPS if needle in cmdline), "other")
+
+
+def busy_and_total(stat_line: str) -> tuple[int, int]:
+    """The first line of /proc/stat: jiffies busy and in all (idle and iowait are not busy)."""
+    values = [int(v) for v in stat_line.split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    total = sum(values[:8])  # guest time is already counted in user time
+    return total - idle, total
+
+
+def process_jiffies(stat_text: str) -> int:
+    """utime + stime from /proc/PID/stat (the command name may hold spaces and parentheses)."""
+    fields = stat_text.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+class Processes:
+    """Each process's CPU since the sampler began (or since it started, if later), kept after
+    it exits: a load client that finishes before the sampler stops still counts."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list] = {}  # pid -> [group, jiffies at first sight, jiffies last seen]
+        self.first = True
+
+    def read(self) -> dict[str, int]:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                jiffies = process_jiffies(Path(f"/proc/{pid}/stat").read_text())
+                if pid not in self.seen:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                    self.seen[pid] = [group_of(cmdline.decode(errors="replace")),
+                                      jiffies if self.first else 0, jiffies]
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            self.seen[pid][2] = jiffies
+        self.first = False
+        used: dict[str, int] = {}
+        for group, first, last in self.seen.values():
+            used[group] = used.get(group, 0) + last - first
+        return used
+
+
+def sample(processes: Processes) -> dict:
+    with open("/proc/stat") as stat:
+        busy, total = busy_and_total(stat.readline())
+    return {"t": time.monotonic(), "busy": busy, "total": total, "groups": processes.read()}
+
+
+def cores(first: dict, last: dict) -> dict:
+    """Busy cores between two samples: the machine's and each group's."""
+    span_s = last["t"] - first["t"]
+    if span_s <= 0:
+        return {}
+    share = (last["busy"] - first["busy"]) / max(1, last["total"] - first["total"])
+    out = {"machine": share * (os.cpu_count() or 1)}
+    for name, jiffies in last["groups"].items():
+        out[name] = (jiffies - first["groups"].get(name, 0)) / TICKS / span_s
+    return out
+
+
+def window(samples: list[dict], start_t: float, length_s: float = 1.0) -> dict:
+    """Busy cores from the first sample at or after ``start_t`` to the last within ``length_s``."""
+    inside = [s for s in samples if start_t <= s["t"] <= start_t + length_s]
+    return cores(inside[0], inside[-1]) if len(inside) >= 2 else {}
+
+
+def busiest(samples: list[dict], length_s: float = 1.0) -> dict:
+    """The ``length_s`` window in which the machine was busiest."""
+    windows = (window(samples, s["t"], length_s) for s in samples if s["t"] + length_s <= samples[-1]["t"])
+    return max(windows, key=lambda w: w.get("machine", 0), default={})
+
+
+def summary(samples: list[dict]) -> dict:
+    if len(samples) < 2:
+        return {}
+    return {"cores": os.cpu_count(), "busiest_1s": busiest(samples), "whole": cores(samples[0], samples[-1]),
+            "seconds": samples[-1]["t"] - samples[0]["t"]}
+
+
+def describe(figures: dict, label: str, of: int) -> str:
+    """One line: the machine's busy cores, then each group's, busiest first."""
+    parts = ", ".join(f"{name} {value:.1f}" for name, value in sorted(figures.items(), key=lambda kv: -kv[1])
+                      if name != "machine" and value >= 0.05)
+    return f"busy cores, {label}: {figures.get('machine', 0):.1f} of {of} ({parts})"
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    samples: list[dict] = []
+    processes = Processes()
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.append(True))
+    while not stop:
+        samples.append(sample(processes))
+        time.sleep(PERIOD_S)
+    samples.append(sample(processes))
+    result = summary(samples)
+    out.write_text(json.dumps({**result, "samples": samples}))
+    if result:
+        print(describe(result["busiest_1s"], "the busiest second", result["cores"]))
+        print(describe(result["whole"], f"the whole {result['seconds']:.1f} s", result["cores"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
