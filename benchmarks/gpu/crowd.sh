@@ -33,7 +33,10 @@
 #          first start the 2 copies'), then on a second machine `queue clients-both copies-together`
 #          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline); a
 #          third machine, for `queue workers-ab`, was refused.
-#          Next session: `queue workers-ab` first (12 app workers against 8 in bursts of 1,000).
+#          2026-12-03, ninth session: `queue workers-ab` (2 calls), then on a second machine
+#          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
+#          Next session: `queue clients-both` first: every burst_round now samples the machine's CPU
+#          by kind of process (cpu_during.py; burst_table.py prints the burst's first second).
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
