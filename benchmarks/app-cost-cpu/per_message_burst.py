@@ -14,8 +14,10 @@ the engine, Chainlit's steps and emits.  The first turn opens the worker's conne
 the engine and is left out of the mean.
 
 With ``--baseline-root`` the two checkouts run in ABBA order (this one first), each time on
-a fresh worker, and the ratio of paired means is printed; ``--profile`` records a py-spy
-profile (collapsed stacks, ``--format raw``) of one more run of this checkout.
+a fresh worker, and the ratio of paired means is printed; ``--app-env`` and ``--baseline-env``
+set a variable in either worker's environment (alone, ``--baseline-env`` compares this
+checkout with itself); ``--think-s`` pauses between turns, as a reader does; ``--profile``
+records a py-spy profile (collapsed stacks, ``--format raw``) of one more run of this checkout.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.app_cost import (ProfiledApp, Variant, alternate, process_cpu_s,  # noqa: E402
-                                     py_spy, spread)
+from server.loadtest.app_cost import (ProfiledApp, Variant, alternate, parse_env,  # noqa: E402
+                                     process_cpu_s, py_spy, spread)
 from server.loadtest.chat_socket import ChatSession  # noqa: E402
 from server.loadtest.qa_load import make_records  # noqa: E402
 
@@ -41,8 +43,9 @@ PROMPTS = ["Say hello.", "Tell me a story.", "What is a GPU?", "Count to three."
 REPLY_TOKENS = 4
 
 
-async def turns(url: str, chats: int, count: int, pid: int) -> list[dict]:
-    """Open ``chats`` chats, then ``count`` turns of one message each, all at once."""
+async def turns(url: str, chats: int, count: int, pid: int, think_s: float = 0.0) -> list[dict]:
+    """Open ``chats`` chats, then ``count`` turns of one message each, all at once, ``think_s``
+    apart (not measured)."""
     sessions = [ChatSession(record) for record in make_records(PROMPTS, chats)]
     await asyncio.gather(*(s.open(url) for s in sessions))
     out = []
@@ -57,16 +60,17 @@ async def turns(url: str, chats: int, count: int, pid: int) -> list[dict]:
                         "ttft_p50_ms": statistics.median(ttft) if ttft else None})
             for s in sessions:
                 s.next_turn(PROMPTS[(turn + 1) % len(PROMPTS)])
+            await asyncio.sleep(think_s)
     finally:
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
     return out
 
 
-def one_run(engine: str, root: Path, chats: int, count: int, out_dir: Path,
+def one_run(engine: str, variant: Variant, chats: int, count: int, out_dir: Path, think_s: float,
             profile: Path | None = None) -> list[dict]:
-    with ProfiledApp(engine, REPLY_TOKENS, root, {}, out_dir) as app:
+    with ProfiledApp(engine, REPLY_TOKENS, variant.root, variant.env, out_dir) as app:
         with py_spy(app.pid, profile, "raw", 250) if profile else nullcontext():
-            return asyncio.run(turns(app.url, chats, count, app.pid))
+            return asyncio.run(turns(app.url, chats, count, app.pid, think_s))
 
 
 def mean_after_first(run: list[dict]) -> float:
@@ -78,7 +82,13 @@ def main() -> int:
     parser.add_argument("--engine", default="http://127.0.0.1:8000")
     parser.add_argument("--chats", type=int, default=128)
     parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--think-s", type=float, default=0.0,
+                        help="pause between turns, not measured (a reader's pause: does the "
+                             "connection to the engine outlast it?)")
+    parser.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--baseline-root", type=Path)
+    parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="the baseline's environment; with it alone the baseline is this checkout")
     parser.add_argument("--pairs", type=int, default=3, help="ABBA pairs with --baseline-root")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true")
@@ -86,13 +96,14 @@ def main() -> int:
     if args.turns < 2:
         parser.error("--turns must be 2 or more: the first turn is left out of the mean")
     args.out.mkdir(parents=True, exist_ok=True)
-    order = [Variant("this", ROOT, {})]
-    if args.baseline_root:
-        order = alternate(order + [Variant("baseline", args.baseline_root.resolve(), {})], args.pairs)
+    order = [Variant("this", ROOT, parse_env(args.app_env))]
+    if args.baseline_root or args.baseline_env:
+        baseline = Variant("baseline", (args.baseline_root or ROOT).resolve(), parse_env(args.baseline_env))
+        order = alternate(order + [baseline], args.pairs)
     results: dict[str, list[float]] = {}
     runs = []
     for i, variant in enumerate(order):
-        run = one_run(args.engine, variant.root, args.chats, args.turns, args.out)
+        run = one_run(args.engine, variant, args.chats, args.turns, args.out, args.think_s)
         mean = mean_after_first(run)
         results.setdefault(variant.label, []).append(mean)
         runs.append({"label": variant.label, "root": str(variant.root), "turns": run})
@@ -111,10 +122,11 @@ def main() -> int:
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
               + ("; the ranges overlap: noise" if overlap else "; the ranges do not overlap"))
     if args.profile:
-        one_run(args.engine, ROOT, args.chats, args.turns, args.out, args.out / "profile-raw.txt")
+        one_run(args.engine, order[0], args.chats, args.turns, args.out, args.think_s,
+                args.out / "profile-raw.txt")
         print(f"profile: {args.out / 'profile-raw.txt'}")
     (args.out / "per-message.json").write_text(json.dumps(
-        {"chats": args.chats, "turns": args.turns, "reply_tokens": REPLY_TOKENS,
+        {"chats": args.chats, "turns": args.turns, "think_s": args.think_s, "reply_tokens": REPLY_TOKENS,
          "summary": summary, "runs": runs}, indent=1))
     return 0
 
