@@ -36,6 +36,7 @@ OWN_ENGINE_KEEPALIVE_S = 60.0
 OTHER_ENGINE_KEEPALIVE_S = 2.0
 KEEPALIVE_MARGIN_S = 15.0
 
+
 class SettingsError(ErnieChatError, ValueError):
     """Raised with a message meant for the person who set the value."""
 
