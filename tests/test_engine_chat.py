@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
+import http.client
 import time
 from contextlib import aclosing
 
@@ -189,9 +189,17 @@ def test_the_engine_up_starts_keeps_an_idle_connection_past_vllms_own_5_s(engine
     must not close them first: a chat's next message after a reader's pause reuses one."""
     settings, _ = engine
     host, port = settings.engine_base_url.removeprefix("http://").rsplit(":", 1)
-    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        sockets = []
         for pause_s in (0, 7):
             time.sleep(pause_s)
-            sock.sendall(request)
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200"), f"closed after {pause_s} s idle"
+            # On a connection the server closed meanwhile this raises RemoteDisconnected.
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
+            sockets.append(connection.sock)
+        assert sockets[0] is sockets[1], "the second request needed a new connection"
+    finally:
+        connection.close()

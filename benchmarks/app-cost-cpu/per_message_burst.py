@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--baseline-root", type=Path)
     parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
                         help="the baseline's environment; with it alone the baseline is this checkout")
-    parser.add_argument("--pairs", type=int, default=3, help="ABBA pairs with --baseline-root")
+    parser.add_argument("--pairs", type=int, default=3, help="ABBA pairs with a baseline")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
