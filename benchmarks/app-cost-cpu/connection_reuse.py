@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
-import statistics
+import os
+import sys
 from pathlib import Path
 
 import aiohttp
 
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from server.loadtest.app_cost import process_cpu_s, spread  # noqa: E402
 
 
 async def burst(session: aiohttp.ClientSession, url: str, n: int) -> float:
@@ -33,9 +31,9 @@ async def burst(session: aiohttp.ClientSession, url: str, n: int) -> float:
     async def one() -> None:
         async with session.get(url) as response:
             await response.read()
-    before = cpu_s()
+    before = process_cpu_s(os.getpid())
     await asyncio.gather(*(one() for _ in range(n)))
-    return 1000 * (cpu_s() - before) / n
+    return 1000 * (process_cpu_s(os.getpid()) - before) / n
 
 
 async def one_round(url: str, n: int) -> tuple[float, float]:
@@ -56,10 +54,9 @@ def main() -> None:
     rounds = [asyncio.run(one_round(url, args.requests)) for _ in range(args.rounds)]
     for i, (new, kept) in enumerate(rounds, 1):
         print(f"round {i}: new connections {new:.3f} ms, kept {kept:.3f} ms of CPU per request")
-    summary = {}
-    for label, values in (("new", [r[0] for r in rounds]), ("kept", [r[1] for r in rounds])):
-        summary[label] = {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
-        print(f"{label}: {summary[label]['mean']:.3f} ms (min {min(values):.3f}, max {max(values):.3f})")
+    summary = {"new": spread([r[0] for r in rounds]), "kept": spread([r[1] for r in rounds])}
+    for label, s in summary.items():
+        print(f"{label}: {s['mean']:.3f} ms (min {s['min']:.3f}, max {s['max']:.3f})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "connection-reuse.json").write_text(json.dumps(

@@ -1,6 +1,6 @@
 """The machine's CPU while a burst runs, by kind of process (crowd.sh's `burst_round`).
 
-    python3 benchmarks/gpu/cpu_during.py OUT.json &  ...the burst...  ; kill -INT $!
+    .venv/bin/python benchmarks/gpu/cpu_during.py OUT.json &  ...the burst...  ; kill -INT $!
 
 Until it is interrupted it reads, every 50 ms, how busy the machine's cores were
 (/proc/stat) and how much CPU each process used (/proc/PID/stat), grouped by what the
@@ -25,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from server.loadtest.app_cost import cpu_seconds  # noqa: E402  (the repo's reader of /proc/PID/stat)
+
 PERIOD_S = 0.05
-TICKS = os.sysconf("SC_CLK_TCK")
 # Checked in order against a process's command line (vLLM sets its processes' titles).
 GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
           ("API servers", "APIServer"), ("API servers", "vllm_serve"), ("supervisor", "server.cli up"),
@@ -47,35 +49,29 @@ def busy_and_total(stat_line: str) -> tuple[int, int]:
     return total - idle, total
 
 
-def process_jiffies(stat_text: str) -> int:
-    """utime + stime from /proc/PID/stat (the command name may hold spaces and parentheses)."""
-    fields = stat_text.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 class Processes:
     """Each process's CPU since the sampler began (or since it started, if later), kept after
     it exits: a load client that finishes before the sampler stops still counts."""
 
     def __init__(self) -> None:
-        self.seen: dict[str, list] = {}  # pid -> [group, jiffies at first sight, jiffies last seen]
+        self.seen: dict[str, list] = {}  # pid -> [group, CPU-s at first sight, CPU-s last seen]
         self.first = True
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> dict[str, float]:
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
-                jiffies = process_jiffies(Path(f"/proc/{pid}/stat").read_text())
+                used_s = cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
                 if pid not in self.seen:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
                     self.seen[pid] = [group_of(cmdline.decode(errors="replace")),
-                                      jiffies if self.first else 0, jiffies]
+                                      used_s if self.first else 0.0, used_s]
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
-            self.seen[pid][2] = jiffies
+            self.seen[pid][2] = used_s
         self.first = False
-        used: dict[str, int] = {}
+        used: dict[str, float] = {}
         for group, first, last in self.seen.values():
             used[group] = used.get(group, 0) + last - first
         return used
@@ -94,8 +90,8 @@ def cores(first: dict, last: dict) -> dict:
         return {}
     share = (last["busy"] - first["busy"]) / max(1, last["total"] - first["total"])
     out = {"machine": share * (os.cpu_count() or 1)}
-    for name, jiffies in last["groups"].items():
-        out[name] = (jiffies - first["groups"].get(name, 0)) / TICKS / span_s
+    for name, used_s in last["groups"].items():
+        out[name] = (used_s - first["groups"].get(name, 0.0)) / span_s
     return out
 
 

@@ -167,7 +167,7 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
 }
 cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (since the
                # ninth session: is a burst bound by the machine's cores?)
-    python3 benchmarks/gpu/cpu_during.py "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
+    .venv/bin/python benchmarks/gpu/cpu_during.py "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
 }
 cpu_stop() { kill -INT $cpu_pid 2>/dev/null; wait $cpu_pid 2>/dev/null; }
 burst_round() {  # burst_round DIR: on the running stack, 64 chats at once through the app and 64
