@@ -35,8 +35,9 @@
 #          third machine, for `queue workers-ab`, was refused.
 #          2026-12-03, ninth session: `queue workers-ab` (2 calls), then on a second machine
 #          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
-#          Next session: `queue clients-both` first: every burst_round now samples the machine's CPU
-#          by kind of process (cpu_during.py; burst_table.py prints the burst's first second).
+#          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
+#          the machine's CPU by kind of process (cpu_during.py; burst_table.py prints the burst's
+#          first second); then starts with new compile hashes.
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
@@ -365,11 +366,13 @@ case $phase in
     # machine the first of them is its first start)
     each_start "$phase" summed_metrics "first-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
         "later-fork" || exit 1 ;;
-  triton-shared)  # to run next: a new configuration's first start with compile on, now that the engine
-                  # keeps Triton's one cache (engine_args.triton_cache): its kernel warm-up should
-                  # drop from 12-17 s to ~1 s once the first start has compiled vLLM's kernels
-    each_start "$phase" true "seqs-512 ERNIE_MAX_NUM_SEQS=512 ERNIE_API_SERVERS=1" \
-        "seqs-768 ERNIE_MAX_NUM_SEQS=768 ERNIE_API_SERVERS=1" || exit 1 ;;
+  triton-shared)  # tenth session: a new compile hash under Triton's one cache (engine_args.triton_cache).
+                  # The fifth session's starts kept the hash; these change --max-num-batched-tokens,
+                  # which is in vLLM's compile hash: torch.compile runs again, but vLLM's own kernels
+                  # (the 12-17 s warm-up) should come from ~/.triton/cache; then a later start of each
+    each_start "$phase" true "tokens-4096 ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
+        "tokens-4096-again ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
+        "tokens-12288 ERNIE_MAX_NUM_BATCHED_TOKENS=12288" || exit 1 ;;
   cap-both)  # to run next: the app-against-direct as a sustained load, not a burst: capacity
              # straight to vLLM, then through the app, the same users and objective (1 copy)
     up_start cap-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
