@@ -132,6 +132,16 @@ one_stream() {  # one_stream NAME: 16 requests one after another, 1,024 in / 512
     cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
         --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
 }
+stream_sampling() {  # stream_sampling NAME: one_stream's load as vLLM's default samples it (temperature 1,
+                     # the Gumbel kernels), greedy (temperature 0: no sampling kernels) and as the chat
+                     # does (0.7, top-p 0.9: the top-p kernel too): what sampling costs a stream's TPOT
+    local name=$1 how out
+    for how in "default" "greedy --temperature 0" "chat --temperature 0.7 --top-p 0.9"; do
+        set -- $how; out=/tmp/res/$name-stream-$1
+        cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
+            "${@:2}" --out "$out" > "$out.txt" 2>&1; echo "$1:"; grep -A3 "^ *conc" "$out.txt" | head -n 4
+    done
+}
 each_start() {  # each_start PHASE AFTER "NAME VAR=VALUE..." ...: one start after another while the call
                 # has time, each timed to its chat URL, its caches counted, AFTER PHASE/NAME run
                 # (one_stream, or true), then stopped
@@ -370,7 +380,8 @@ case $phase in
                   # The fifth session's starts kept the hash; these change --max-num-batched-tokens,
                   # which is in vLLM's compile hash: torch.compile runs again, but vLLM's own kernels
                   # (the 12-17 s warm-up) should come from ~/.triton/cache; then a later start of each
-    each_start "$phase" true "tokens-4096 ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
+    # (each start then runs stream_sampling: 3 stacks, so 3 runs of each way of sampling)
+    each_start "$phase" stream_sampling "tokens-4096 ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
         "tokens-4096-again ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
         "tokens-12288 ERNIE_MAX_NUM_BATCHED_TOKENS=12288" || exit 1 ;;
   cap-both)  # to run next: the app-against-direct as a sustained load, not a burst: capacity
