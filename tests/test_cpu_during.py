@@ -23,10 +23,26 @@ def test_a_process_is_grouped_by_what_it_runs():
     assert cpu_during.group_of("python3 benchmarks/gpu/cpu_during.py out.json") == "other"
 
 
-def test_the_machines_busy_time_is_read_as_the_kernel_writes_it():
-    # (each process's: app_cost.cpu_seconds, tested in test_app_cost.py)
-    busy, total = cpu_during.busy_and_total("cpu  100 5 50 800 20 0 3 0 0 0")
-    assert (busy, total) == (158, 978)
+def sample(t: float, **groups: float) -> dict:
+    """A sample as the sampler writes it: the clock, and each group's CPU-seconds so far."""
+    return {"t": t, "groups": {name.replace("_", " "): used for name, used in groups.items()}}
+
+
+def test_the_machines_busy_cores_are_the_sum_of_its_processes():
+    # (/proc/stat counts the host's cores on the lent H200, not the container's)
+    busy = cpu_during.cores(sample(10.0, app_workers=1.0, engine_core=0.5),
+                            sample(10.5, app_workers=4.0, engine_core=1.0, balancer=0.1))
+    assert busy["app workers"] == 6.0 and busy["engine core"] == 1.0
+    assert abs(busy["balancer"] - 0.2) < 1e-9 and abs(busy["machine"] - 7.2) < 1e-9
+
+
+def test_steps_shorter_than_the_sampling_period_span_the_samples_around_them():
+    samples = [sample(0.0, app_workers=0.0), sample(0.15, app_workers=1.2), sample(0.4, app_workers=1.2)]
+    first, second, third = cpu_during.steps(samples, 0.0, step_s=0.1, count=3)
+    assert first["app workers"] == 8.0  # 0.0-0.1 lies between the samples at 0 and 0.15
+    assert abs(second["app workers"] - 3.0) < 1e-9  # 0.1-0.2: between 0 and 0.4
+    assert third["app workers"] == 0.0  # 0.2-0.3: between 0.15 and 0.4, nothing used
+    assert cpu_during.steps(samples, 0.35, step_s=0.1, count=1) == [{}]  # past the last sample
 
 
 def test_a_load_client_that_exits_before_the_sampler_stops_still_counts(tmp_path):

@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from cpu_during import busiest, describe, window  # this folder's: the machine's CPU in a burst
+from cpu_during import busiest, describe, steps, window  # this folder's: the machine's CPU in a burst
 from crowd_table import chat_rows  # this folder's: a gzipped CSV's rows
 
 ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
@@ -91,12 +91,29 @@ def cpu_samples(round_dir: Path, name: str) -> tuple[int, list[dict]]:
     return 0, []
 
 
+STEP_GROUPS = ("app workers", "API servers", "engine core", "load clients", "balancer")
+
+
+def step_lines(samples: list[dict], burst_start: float, of: int) -> list[str]:
+    """The app burst's first 600 ms in steps of 100: a second's mean hides that the first
+    ~250 ms are the busy ones (the tenth session's finding)."""
+    lines = [f"  busy cores, app, by 100 ms: {'ms':>5} {'machine':>8}"
+             + "".join(f"{name:>13}" for name in STEP_GROUPS) + f"   (of {of})"]
+    for k, step in enumerate(steps(samples, burst_start)):
+        if step:
+            lines.append(f"  {'':28}{100 * k:>5} {step['machine']:>8.1f}"
+                         + "".join(f"{step.get(name, 0):>13.1f}" for name in STEP_GROUPS))
+    return lines
+
+
 def cpu_lines(round_dir: Path, burst_start: float) -> list[str]:
-    """The machine's busy cores in the app burst's first second, and in direct's busiest."""
+    """The machine's busy cores in the app burst's first second and its first 100-ms steps,
+    and in direct's busiest second."""
     lines = []
     of, samples = cpu_samples(round_dir, "cpu-app")
     if samples and (first_s := window(samples, burst_start)):
         lines.append("  " + describe(first_s, "app, the second after the first message", of))
+        lines += step_lines(samples, burst_start, of)
     of, samples = cpu_samples(round_dir, "cpu-direct")
     if samples and (peak := busiest(samples)):
         lines.append("  " + describe(peak, "direct, its busiest second", of))

@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/gpu/cpu_during.py OUT.json &  ...the burst...  ; kill -INT $!
 
-Until it is interrupted it reads, every 50 ms, how busy the machine's cores were
-(/proc/stat) and how much CPU each process used (/proc/PID/stat), grouped by what the
-process is (its command line: the app's workers, vLLM's API servers and engine core,
-HAProxy, the load clients). On SIGINT or SIGTERM it writes the samples and prints the busy
-cores, by group, in the busiest second and over the whole run; ``burst_table.py`` reads the
-samples for the second after a burst's first message (the samples' ``t`` is the monotonic
-clock that qa-load's ``sent_at`` reads).
+Until it is interrupted it reads, every 50 ms (~57 ms with the reading itself), how much CPU
+each process used (/proc/PID/stat), grouped by what the process is (its command line: the
+app's workers, vLLM's API servers and engine core, HAProxy, the load clients). The machine's
+busy cores are the sum over every process it sees, not /proc/stat's first line: on the lent
+H200 that line counts the whole host's cores, not the 16 the container has (it read 0.5-1.0
+busy cores while the processes summed to 7-8). On SIGINT or SIGTERM it writes the samples
+and prints the busy cores, by group, in the busiest second and over the whole run;
+``burst_table.py`` reads the samples for the burst's first second and its first 100-ms steps
+(the samples' ``t`` is the monotonic clock that qa-load's ``sent_at`` reads).
 
 Why: on the lent H200s neither fewer messages per worker (12 workers against 8) nor a
 cheaper message (the loop without nest_asyncio) moved a 1,000-chat burst's wait before the
@@ -41,14 +43,6 @@ def group_of(cmdline: str) -> str:
     return next((name for name, needle in GROUPS if needle in cmdline), "other")
 
 
-def busy_and_total(stat_line: str) -> tuple[int, int]:
-    """The first line of /proc/stat: jiffies busy and in all (idle and iowait are not busy)."""
-    values = [int(v) for v in stat_line.split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    total = sum(values[:8])  # guest time is already counted in user time
-    return total - idle, total
-
-
 class Processes:
     """Each process's CPU since the sampler began (or since it started, if later), kept after
     it exits: a load client that finishes before the sampler stops still counts."""
@@ -78,27 +72,34 @@ class Processes:
 
 
 def sample(processes: Processes) -> dict:
-    with open("/proc/stat") as stat:
-        busy, total = busy_and_total(stat.readline())
-    return {"t": time.monotonic(), "busy": busy, "total": total, "groups": processes.read()}
+    return {"t": time.monotonic(), "groups": processes.read()}
 
 
 def cores(first: dict, last: dict) -> dict:
-    """Busy cores between two samples: the machine's and each group's."""
+    """Busy cores between two samples: each group's, and the machine's (their sum)."""
     span_s = last["t"] - first["t"]
     if span_s <= 0:
         return {}
-    share = (last["busy"] - first["busy"]) / max(1, last["total"] - first["total"])
-    out = {"machine": share * (os.cpu_count() or 1)}
-    for name, used_s in last["groups"].items():
-        out[name] = (used_s - first["groups"].get(name, 0.0)) / span_s
-    return out
+    out = {name: (used_s - first["groups"].get(name, 0.0)) / span_s for name, used_s in last["groups"].items()}
+    return {"machine": sum(out.values()), **out}
 
 
 def window(samples: list[dict], start_t: float, length_s: float = 1.0) -> dict:
     """Busy cores from the first sample at or after ``start_t`` to the last within ``length_s``."""
     inside = [s for s in samples if start_t <= s["t"] <= start_t + length_s]
     return cores(inside[0], inside[-1]) if len(inside) >= 2 else {}
+
+
+def steps(samples: list[dict], start_t: float, step_s: float = 0.1, count: int = 6) -> list[dict]:
+    """Busy cores in ``count`` steps of ``step_s`` from ``start_t``, each between the samples
+    that bracket it (a step shorter than the sampling period spans two samples)."""
+    out = []
+    for k in range(count):
+        begin, end = start_t + k * step_s, start_t + (k + 1) * step_s
+        before = [s for s in samples if s["t"] <= begin]
+        after = [s for s in samples if s["t"] >= end]
+        out.append(cores(before[-1], after[0]) if before and after else {})
+    return out
 
 
 def busiest(samples: list[dict], length_s: float = 1.0) -> dict:
@@ -110,7 +111,7 @@ def busiest(samples: list[dict], length_s: float = 1.0) -> dict:
 def summary(samples: list[dict]) -> dict:
     if len(samples) < 2:
         return {}
-    return {"cores": os.cpu_count(), "busiest_1s": busiest(samples), "whole": cores(samples[0], samples[-1]),
+    return {"cores": len(os.sched_getaffinity(0)), "busiest_1s": busiest(samples), "whole": cores(samples[0], samples[-1]),
             "seconds": samples[-1]["t"] - samples[0]["t"]}
 
 
