@@ -37,7 +37,8 @@
 #          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
 #          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
 #          the machine's CPU by kind of process (cpu_during.py; burst_table.py prints the burst's
-#          first second); then starts with new compile hashes.
+#          first second); then starts with new compile hashes. Then, on a second machine, `queue
+#          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`).
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
@@ -420,6 +421,29 @@ PY
     for round in 1 2 3; do  # three rounds since the seventh session, each with 64 chats first
         (( $(left) > 60 )) || break
         burst_round "/tmp/res/clients-both/r$round"
+    done
+    up_stop ;;
+  burst-profile)  # tenth session: where a worker's CPU goes in a 1,000-chat burst on the H200: py-spy on
+                  # one of the 8 workers through a whole qa-load run (opening, the burst, the
+                  # streams; benchmarks/app-cost-cpu/profile_split.py splits it), then burst_rounds
+    up_start burst-profile ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    d=/tmp/res/burst-profile; spy=/tmp/py-spy; [ -x "$spy" ] || spy=$PWD/.gpu/py-spy
+    cli qa-load --sessions 64 --timeout-s 60 --json > "$d/warm-64.json"  # the workers' connections
+    worker=$(pgrep -f 'app.serve run' | head -n 1)
+    if [ -x "$spy" ] && [ -n "$worker" ]; then
+        # --nonblocking: the worker is not paused per sample; --idle left out: its loop's waits
+        # are not work (the split counts them apart anyway)
+        "$spy" record --pid "$worker" --rate 250 --duration 60 --nonblocking --format raw \
+            --output "$d/worker-py-spy.txt" > "$d/py-spy.log" 2>&1 & spy_pid=$!
+        sleep 1
+        cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app-profiled.json"
+        kill -INT $spy_pid 2>/dev/null; wait $spy_pid; tail -n 3 "$d/py-spy.log"
+    else
+        echo "no py-spy ($spy) or no app worker"
+    fi
+    for round in 1 2 3; do
+        (( $(left) > 150 )) || break
+        burst_round "$d/r$round"
     done
     up_stop ;;
   clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
