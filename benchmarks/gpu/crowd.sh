@@ -38,7 +38,8 @@
 #          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
 #          the machine's CPU by kind of process (cpu_during.py; burst_table.py prints the burst's
 #          first second); then starts with new compile hashes. Then, on a second machine, `queue
-#          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`).
+#          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`), and
+#          on a third `queue burst-profile-paused` (the same, the worker paused per sample).
 #          Make each call right after the last: the machine is given back 30 s after a call, and a
 #          new one starts bare.
 #          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
@@ -142,6 +143,19 @@ stream_sampling() {  # stream_sampling NAME: one_stream's load as vLLM's default
         cli bench --concurrency 1 --num-prompts 16 --input-len 1024 --output-len 512 --no-plots \
             "${@:2}" --out "$out" > "$out.txt" 2>&1; echo "$1:"; grep -A3 "^ *conc" "$out.txt" | head -n 4
     done
+}
+profile_worker() {  # profile_worker DIR [PY-SPY FLAGS]: 64 chats (the workers' connections), then
+                    # py-spy on one of the 8 workers (250 Hz, --idle left out: its loop's waits are
+                    # not work) while 1,000 chats from 4 qa-load processes open, send and stream
+    local d=$1 spy=/tmp/py-spy worker spy_pid; shift; [ -x "$spy" ] || spy=$PWD/.gpu/py-spy
+    cli qa-load --sessions 64 --timeout-s 60 --json > "$d/warm-64.json"
+    worker=$(pgrep -f 'app.serve run' | head -n 1)
+    [ -x "$spy" ] && [ -n "$worker" ] || { echo "no py-spy ($spy) or no app worker"; return 0; }
+    "$spy" record --pid "$worker" --rate 250 --duration 60 "$@" --format raw \
+        --output "$d/worker-py-spy.txt" > "$d/py-spy.log" 2>&1 & spy_pid=$!
+    sleep 1
+    cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app-profiled.json"
+    kill -INT $spy_pid 2>/dev/null; wait $spy_pid; tail -n 3 "$d/py-spy.log"
 }
 each_start() {  # each_start PHASE AFTER "NAME VAR=VALUE..." ...: one start after another while the call
                 # has time, each timed to its chat URL, its caches counted, AFTER PHASE/NAME run
@@ -427,26 +441,19 @@ PY
                   # one of the 8 workers through a whole qa-load run (opening, the burst, the
                   # streams; benchmarks/app-cost-cpu/profile_split.py splits it), then burst_rounds
     up_start burst-profile ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
-    d=/tmp/res/burst-profile; spy=/tmp/py-spy; [ -x "$spy" ] || spy=$PWD/.gpu/py-spy
-    cli qa-load --sessions 64 --timeout-s 60 --json > "$d/warm-64.json"  # the workers' connections
-    worker=$(pgrep -f 'app.serve run' | head -n 1)
-    if [ -x "$spy" ] && [ -n "$worker" ]; then
-        # --nonblocking: the worker is not paused per sample; --idle left out: its loop's waits
-        # are not work. (Tenth session: so sampled, Python 3.12's coroutine stacks came out cut
-        # short, most 1-4 frames, and 106 of 447 samples failed; without --nonblocking py-spy
-        # pauses the worker per sample, which should give whole stacks: not yet tried there.)
-        "$spy" record --pid "$worker" --rate 250 --duration 60 --nonblocking --format raw \
-            --output "$d/worker-py-spy.txt" > "$d/py-spy.log" 2>&1 & spy_pid=$!
-        sleep 1
-        cli qa-load --sessions 1000 --processes 4 --timeout-s 120 --json > "$d/app-profiled.json"
-        kill -INT $spy_pid 2>/dev/null; wait $spy_pid; tail -n 3 "$d/py-spy.log"
-    else
-        echo "no py-spy ($spy) or no app worker"
-    fi
+    # --nonblocking: the worker is not paused per sample. (So sampled, Python 3.12's coroutine
+    # stacks came out cut short, most 1-4 frames, and 106 of 447 samples failed: see
+    # burst-profile-paused.)
+    profile_worker /tmp/res/burst-profile --nonblocking
     for round in 1 2 3; do
         (( $(left) > 150 )) || break
-        burst_round "$d/r$round"
+        burst_round "/tmp/res/burst-profile/r$round"
     done
+    up_stop ;;
+  burst-profile-paused)  # the same profile with the worker paused per sample (py-spy's default),
+                         # for whole stacks: what before the request costs on the H200
+    up_start burst-profile-paused ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
+    profile_worker /tmp/res/burst-profile-paused
     up_stop ;;
   clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
                # httpx's pool (this checkout's app/engine_client.py with make_client as it was at
