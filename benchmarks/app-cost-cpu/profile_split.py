@@ -38,7 +38,9 @@ PARTS = (
     ("Chainlit's message bookkeeping (task_start, the message, the run step)", "before",
      ("process_message (chainlit", "with_parent_id", "async_wrapper")),
     ("socket.io receiving the message", "before",
-     ("run_asgi", "websocket_wait", "_handle_eio_message", "_trigger_event", "_handle_event_internal")),
+     ("_handle_eio_message", "websocket_wait", ";message (chainlit/socket.py")),
+    ("opening chats (HTTP requests, the websocket's handshake, on_chat_start)", "opening",
+     ("connection_successful", "connect (chainlit/socket.py", "on_chat_start", "run_asgi")),
     ("the websocket's writer (every emit)", "either", ("_websocket_handler.<locals>.writer", "_send_eio_packet")),
     ("connections and sockets (accept, vLLM's responses)", "either",
      ("_accept_connection", "_read_ready", "write_bytes", "connect_tcp")),
@@ -102,7 +104,7 @@ def render(parts: Counter, whens: Counter, busy: int) -> str:
     when_of = {name: when for name, when, _ in PARTS}
     lines = [f"{busy} busy samples"]
     lines += [f"  {share(n)}  {name} ({when_of.get(name, 'either')})" for name, n in parts.most_common()]
-    lines.append("  " + ", ".join(f"{when}: {share(whens[when]).strip()}" for when in ("before", "after", "either")))
+    lines.append("  " + ", ".join(f"{when}: {share(whens[when]).strip()}" for when in ("before", "after", "opening", "either")))
     return "\n".join(lines)
 
 
