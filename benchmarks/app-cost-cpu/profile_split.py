@@ -10,8 +10,9 @@ Each sample goes to the first part whose frames its stack holds (``PARTS``, in o
 part is marked as what a burst's later messages wait for (``before``: the work between a message
 reaching the worker and its request leaving for vLLM, which the worker's loop does for every
 message of the burst in turn) or not (``after``: the reply's stream and what follows it, done
-while vLLM works; ``either``: the websocket's writer and connections, for both). The loop's and
-the thread pool's waits are left out. Why: docs/gpu-crowd.md, "tenth session".
+while vLLM works; ``opening``: a chat's opening, before the burst; ``either``: the websocket's
+writer, connections and the loop itself, for all of them). The loop's and the thread pool's
+waits are left out. Why: docs/gpu-crowd.md, "tenth session".
 
 Where py-spy reads coroutine stacks cut short (Python 3.12 on the H200, sampling without pausing
 the worker: most stacks there are 1-4 frames), the parts cannot be told; the second table, the
@@ -45,6 +46,8 @@ PARTS = (
     ("connections and sockets (accept, vLLM's responses)", "either",
      ("_accept_connection", "_read_ready", "write_bytes", "connect_tcp")),
 )
+REST = ("the rest (the loop, timers, other tasks)", "either")  # a stack in no part
+WHEN = dict([(name, when) for name, when, _ in PARTS] + [REST])
 
 
 def samples(text: str) -> list[tuple[str, int]]:
@@ -64,7 +67,7 @@ def part_of(stack: str) -> tuple[str, str]:
     for name, when, frames in PARTS:
         if any(frame in stack for frame in frames):
             return name, when
-    return "the rest (the loop, timers, other tasks)", "either"
+    return REST
 
 
 def split(profile: list[tuple[str, int]]) -> tuple[Counter, Counter, int]:
@@ -101,9 +104,8 @@ def render(parts: Counter, whens: Counter, busy: int) -> str:
     if not busy:
         return "no busy samples"
     share = lambda n: f"{100 * n / busy:5.1f} %"
-    when_of = {name: when for name, when, _ in PARTS}
     lines = [f"{busy} busy samples"]
-    lines += [f"  {share(n)}  {name} ({when_of.get(name, 'either')})" for name, n in parts.most_common()]
+    lines += [f"  {share(n)}  {name} ({WHEN[name]})" for name, n in parts.most_common()]
     lines.append("  " + ", ".join(f"{when}: {share(whens[when]).strip()}" for when in ("before", "after", "opening", "either")))
     return "\n".join(lines)
 

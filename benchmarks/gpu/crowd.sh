@@ -394,7 +394,7 @@ case $phase in
   triton-shared)  # tenth session: a new compile hash under Triton's one cache (engine_args.triton_cache).
                   # The fifth session's starts kept the hash; these change --max-num-batched-tokens,
                   # which is in vLLM's compile hash: torch.compile runs again, but vLLM's own kernels
-                  # (the 12-17 s warm-up) should come from ~/.triton/cache; then a later start of each
+                  # (the 12-17 s warm-up) should come from ~/.triton/cache; the first hash started twice
     # (each start then runs stream_sampling: 3 stacks, so 3 runs of each way of sampling)
     each_start "$phase" stream_sampling "tokens-4096 ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
         "tokens-4096-again ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
