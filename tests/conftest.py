@@ -19,6 +19,39 @@ from server.stack import provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 
+# Fixtures that start real processes (vLLM, a Chainlit app, PostgreSQL, HAProxy, Chromium,
+# another server) or reach a registry: a test that uses one, even through another fixture, is
+# in the full tier only.  `./scripts/test --quick` runs the rest (README, "Tests").
+ENGINE_FIXTURES = {"engine", "engine_python", "demo_model"}
+NETWORK_FIXTURES = {"pypi", "app_envs"}
+PROCESS_FIXTURES = {
+    "chat_app", "saved_chats_app", "app_without_engine", "short_app", "showcase_app",
+    "short_replies_app", "login_app", "app_on_plain_server", "app_with_login", "chat_on_plain_server",
+    "chat_on_transformers", "transformers_server", "plain_server", "llamacpp_server", "database",
+    "stack", "browser", "page_factory", "stand_in_index", "fresh_box", "scripted", "listening_port",
+}
+TIER_MARKERS = ("engine", "browser", "stack", "network")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="only the unit tests: no vLLM, app, database, balancer, browser or network")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(item.fixturenames)
+        for marker, fixtures in (("engine", ENGINE_FIXTURES), ("stack", PROCESS_FIXTURES),
+                                 ("network", NETWORK_FIXTURES)):
+            if used & fixtures:
+                item.add_marker(marker)
+    if not config.getoption("--quick"):
+        return
+    quick = [i for i in items if not any(i.get_closest_marker(m) for m in TIER_MARKERS)]
+    config.hook.pytest_deselected(items=[i for i in items if i not in quick])
+    items[:] = quick
+
+
 # Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo
 # model decodes ~400 tokens/s here), small enough for the fitting tests to reach.
 TEST_MAX_MODEL_LEN = 4096
