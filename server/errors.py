@@ -16,13 +16,17 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     │   └── TorchNotFound    server.stack.provision: no index has the pinned CPU torch
     ├── EngineUnsupported    server.stack.platforms: no vLLM build for this machine
     ├── StartupFailed        server.stack.engine_tier: the stack could not start
-    └── LoadTestError        server.loadtest: a bench, tune or qa-load that cannot run
-        ├── BenchError
-        ├── TuneError
-        └── QaLoadError
+    ├── BalancerMissing      server.stack.balancer: HAProxy is needed and not installed
+    └── LoadTestError        server.loadtest: a load test that cannot run as asked
+        ├── BenchError       bench
+        ├── TuneError        tune
+        ├── QaLoadError      qa-load
+        ├── UsersError       simulated users (qa-load --users)
+        └── CapacityError    capacity
 
 Signals (``Shutdown``) and the chat's own refusals (``app.history.TooLong``) are
-not failures of a command and are not in this tree.
+not failures of a command and are not in this tree.  tests/test_architecture.py checks
+that the tree above is the classes' real one.
 """
 
 from __future__ import annotations
