@@ -6,9 +6,9 @@
 #
 # Getting there (calls back to back: /tmp lasts only while the machine is warm). A call carries
 # 64 MiB with the ~22 MiB tree, so everything travels in pieces of ~31 MiB:
-#   here:  bash ../shared/gpu/build_bundle.sh; split vllm_site.tar.xz into .gpu/c1..c3;
+#   here:  bash $GPU_KIT/build_bundle.sh (GPU_KIT: benchmarks/gpu/kit.sh); split vllm_site.tar.xz into .gpu/c1..c3;
 #          bash benchmarks/gpu/app_wheels.sh (.gpu/a1..: NOT stack_env.sh wheels, which built cp311
-#          wheels the H200's 3.12 refuses); python ../shared/gpu/make_shape_model.py .gpu/model;
+#          wheels the H200's 3.12 refuses); python $GPU_KIT/make_shape_model.py .gpu/model;
 #          HAProxy from Debian 12 with its libraries in .gpu/haproxy.tgz (haproxy.bin, lib/*.so*, a
 #          wrapper `haproxy` that sets LD_LIBRARY_PATH; crowd.sh unpacks it to /tmp/haproxy)
 #   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2)
