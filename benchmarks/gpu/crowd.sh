@@ -439,7 +439,7 @@ PY
     up_stop ;;
   burst-profile)  # tenth session: where a worker's CPU goes in a 1,000-chat burst on the H200: py-spy on
                   # one of the 8 workers through a whole qa-load run (opening, the burst, the
-                  # streams; benchmarks/app-cost-cpu/profile_split.py splits it), then burst_rounds
+                  # streams; 8e59b31:benchmarks/app-cost-cpu/profile_split.py split it), then burst_rounds
     up_start burst-profile ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     # --nonblocking: the worker is not paused per sample. (So sampled, Python 3.12's coroutine
     # stacks came out cut short, most 1-4 frames, and 106 of 447 samples failed: see
