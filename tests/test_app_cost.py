@@ -8,7 +8,7 @@ import pytest
 
 from server import cli
 from server.paths import ROOT
-from server.loadtest.app_cost import (TICKS_PER_S, CostRun, Variant, alternate, cpu_seconds, ratios,
+from server.loadtest.chat.cost import (TICKS_PER_S, CostRun, Variant, alternate, cpu_seconds, ratios,
                                       spread, summarize_cost_runs)
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from server.loadtest.app_cost import cpu_seconds  # noqa: E402  (the repo's reader of /proc/PID/stat)
+from server.loadtest.chat.cost import cpu_seconds  # noqa: E402  (the repo's reader of /proc/PID/stat)
 
 PERIOD_S = 0.05
 # Checked in order against a process's command line (vLLM sets its processes' titles).
