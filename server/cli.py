@@ -167,13 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_settings)
 
     from server.loadtest.bench import command as bench  # each tool keeps its own flags
-    from server.loadtest.chat import bench_modes, qa_load
+    from server.loadtest.chat import bench_modes, cpu, qa_load
     from server.loadtest.sweep import tune
     from server.loadtest.users import capacity
     bench_modes.add_arguments(bench.add_parser(sub))  # the app measured on bench's load
     tune.add_parser(sub)
     qa_load.add_parser(sub)
     capacity.add_parser(sub)
+    cpu.add_parser(sub)
     return parser
 
 

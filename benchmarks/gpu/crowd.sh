@@ -36,7 +36,7 @@
 #          2026-12-03, ninth session: `queue workers-ab` (2 calls), then on a second machine
 #          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
 #          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
-#          the machine's CPU by kind of process (cpu_during.py; burst_table.py prints the burst's
+#          the machine's CPU by kind of process (`server.cli cpu-during`; burst_table.py prints the burst's
 #          first second); then starts with new compile hashes. Then, on a second machine, `queue
 #          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`), and
 #          on a third `queue burst-profile-paused` (the same, the worker paused per sample).
@@ -193,7 +193,7 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
 }
 cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (since the
                # ninth session: is a burst bound by the machine's cores?)
-    .venv/bin/python benchmarks/gpu/cpu_during.py "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
+    .venv/bin/python -m server.cli cpu-during "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
 }
 cpu_stop() { kill -INT $cpu_pid 2>/dev/null; wait $cpu_pid 2>/dev/null; }
 burst_round() {  # burst_round DIR: on the running stack, 64 chats at once through the app and 64

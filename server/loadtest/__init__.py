@@ -9,7 +9,8 @@
 * ``users``: simulated users who arrive and chat over time (``qa-load --users``), and
   ``ernie-chat capacity``, how many of them a machine serves within an objective.
 * ``chat``: the load through the chat app: ``ernie-chat qa-load`` (bursts of chats),
-  ``bench --app-cost`` and ``--app-overhead`` (what the app costs on bench's load).
+  ``bench --app-cost`` and ``--app-overhead`` (what the app costs on bench's load), and
+  ``ernie-chat cpu-during`` (the machine's CPU by kind of process while a load runs).
 * ``sweep``: ``ernie-chat tune``, which starts the engine at each point of a sweep with the
   stack's own code and runs bench's load on it.
 

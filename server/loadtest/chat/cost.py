@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -36,29 +35,14 @@ from pathlib import Path
 from statistics import fmean, pstdev
 from typing import Iterator, Optional
 
+from server.loadtest.chat.cpu import process_cpu_s
 from server.loadtest.chat.qa_load import render, run_load
 from server.loadtest.lib.chat_socket import DEFAULT_PROMPTS
 from server.loadtest.lib.config import BenchError
 
-# vLLM's /proc figures are in clock ticks.
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # Long enough for 64 replies of 512 tokens from the 2-core CPU engine, with room.
 RUN_TIMEOUT_S = 600.0
 WARMUP_SESSIONS = 4
-
-
-def cpu_seconds(stat: str) -> float:
-    """utime + stime of one process from the text of /proc/PID/stat.
-
-    The command name (field 2) may hold spaces and parentheses, so fields are
-    counted after its closing parenthesis: utime and stime are fields 14 and 15.
-    """
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
-def process_cpu_s(pid: int) -> float:
-    return cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
 @dataclass

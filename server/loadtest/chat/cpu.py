@@ -1,35 +1,37 @@
-"""The machine's CPU while a burst runs, by kind of process (crowd.sh's `burst_round`).
+"""Processes' CPU from /proc: one process's (the app's, for ``bench --app-cost``), and the
+machine's by kind of process while a load runs (``ernie-chat cpu-during``).
 
-    .venv/bin/python benchmarks/gpu/cpu_during.py OUT.json &  ...the burst...  ; kill -INT $!
+    ernie-chat cpu-during OUT.json &  ...the load: qa-load, capacity, bench...  ; kill -INT $!
 
-Until it is interrupted it reads, every 50 ms (~57 ms with the reading itself), how much CPU
-each process used (/proc/PID/stat), grouped by what the process is (its command line: the
-app's workers, vLLM's API servers and engine core, HAProxy, the load clients). The machine's
-busy cores are the sum over every process it sees, not /proc/stat's first line: on the lent
-H200 that line counts the whole host's cores, not the 16 the container has (it read 0.5-1.0
-busy cores while the processes summed to 7-8). On SIGINT or SIGTERM it writes the samples
-and prints the busy cores, by group, in the busiest second and over the whole run;
-``burst_table.py`` reads the samples for the burst's first second and its first 100-ms steps
-(the samples' ``t`` is the monotonic clock that qa-load's ``sent_at`` reads).
+Until it is interrupted the sampler reads, every 50 ms (~57 ms with the reading itself), how
+much CPU each process used (/proc/PID/stat), grouped by what the process is (its command line:
+the app's workers, vLLM's API servers and engine core, HAProxy, the load clients). The
+machine's busy cores are the sum over every process it sees, not /proc/stat's first line: on
+the lent H200 that line counts the whole host's cores, not the 16 the container has (it read
+0.5-1.0 busy cores while the processes summed to 7-8). On SIGINT or SIGTERM it writes the
+samples and prints the busy cores, by group, in the busiest second and over the whole run;
+benchmarks/gpu/burst_table.py reads the samples for a burst's first second and its first
+100-ms steps (the samples' ``t`` is the monotonic clock that qa-load's ``sent_at`` reads).
 
 Why: on the lent H200s neither fewer messages per worker (12 workers against 8) nor a
 cheaper message (the loop without nest_asyncio) moved a 1,000-chat burst's wait before the
 handler out of the noise (docs/gpu-crowd.md, "ninth session"): is the machine's every core
-busy in the burst's first second, and with what?
+busy in the burst's first second, and with what? The same question sizes a machine for a
+crowd.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from server.loadtest.chat.cost import cpu_seconds  # noqa: E402  (the repo's reader of /proc/PID/stat)
-
+# vLLM's /proc figures are in clock ticks.
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# The sampler's period: steps of 100 ms in a burst still span two samples.
 PERIOD_S = 0.05
 # Checked in order against a process's command line (vLLM sets its processes' titles).
 GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
@@ -37,6 +39,20 @@ GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
           ("app workers", "app.serve"), ("app workers", "chainlit run"), ("balancer", "haproxy"),
           ("load clients", "server.cli qa-load"), ("load clients", "server.cli bench"),
           ("load clients", "server.loadtest."))
+
+
+def cpu_seconds(stat: str) -> float:
+    """utime + stime of one process from the text of /proc/PID/stat.
+
+    The command name (field 2) may hold spaces and parentheses, so fields are
+    counted after its closing parenthesis: utime and stime are fields 14 and 15.
+    """
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def process_cpu_s(pid: int) -> float:
+    return cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
 def group_of(cmdline: str) -> str:
@@ -56,7 +72,7 @@ class Processes:
             if not pid.isdigit():
                 continue
             try:
-                used_s = cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+                used_s = process_cpu_s(int(pid))
                 if pid not in self.seen:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
                     self.seen[pid] = [group_of(cmdline.decode(errors="replace")),
@@ -122,24 +138,32 @@ def describe(figures: dict, label: str, of: int) -> str:
     return f"busy cores, {label}: {figures.get('machine', 0):.1f} of {of} ({parts})"
 
 
-def main() -> int:
-    out = Path(sys.argv[1])
+def add_parser(sub) -> None:
+    cpu = sub.add_parser(
+        "cpu-during", help="the machine's CPU by kind of process while a load runs",
+        description="Sample every process's CPU (/proc) every 50 ms until interrupted (SIGINT or "
+        "SIGTERM), grouped by what it runs (engine, API servers, app workers, balancer, load "
+        "clients); then write the samples to OUT and print the busy cores, by group, in the "
+        "busiest second and over the whole run.")
+    cpu.add_argument("out", type=Path, metavar="OUT.json", help="where the samples go")
+    cpu.set_defaults(func=cmd_cpu_during)
+
+
+def cmd_cpu_during(args: argparse.Namespace) -> int:
     samples: list[dict] = []
     processes = Processes()
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.append(True))
+    # The first line says the sampler is running: a script starts its load after it.
+    print(f"sampling every {PERIOD_S * 1000:.0f} ms until interrupted", flush=True)
     while not stop:
         samples.append(sample(processes))
         time.sleep(PERIOD_S)
     samples.append(sample(processes))
     result = summary(samples)
-    out.write_text(json.dumps({**result, "samples": samples}))
+    args.out.write_text(json.dumps({**result, "samples": samples}))
     if result:
         print(describe(result["busiest_1s"], "the busiest second", result["cores"]))
         print(describe(result["whole"], f"the whole {result['seconds']:.1f} s", result["cores"]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
