@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server.loadtest.report import vllm_comparison  # noqa: E402
-from server.loadtest.run import BenchResult  # noqa: E402
+from server.loadtest.bench.report import vllm_comparison  # noqa: E402
+from server.loadtest.bench.run import BenchResult  # noqa: E402
 from server.metrics import read_counters, run_means_ms  # noqa: E402
 
 FIGURES = ("request throughput (req/s)", "output throughput (tok/s)", "mean TTFT (ms)",

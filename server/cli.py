@@ -166,11 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")
     show.set_defaults(func=cmd_settings)
 
-    from server.loadtest import bench, capacity, qa_load, tune  # each module keeps its own flags
-    bench.add_parser(sub)
+    from server.loadtest.bench import command as bench  # each tool keeps its own flags
+    from server.loadtest.chat import bench_modes, cpu, qa_load
+    from server.loadtest.sweep import tune
+    from server.loadtest.users import capacity
+    bench_modes.add_arguments(bench.add_parser(sub))  # the app measured on bench's load
     tune.add_parser(sub)
     qa_load.add_parser(sub)
     capacity.add_parser(sub)
+    cpu.add_parser(sub)
     return parser
 
 

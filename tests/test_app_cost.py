@@ -7,15 +7,8 @@ import json
 import pytest
 
 from server import cli
+from server.loadtest.chat.cost import CostRun, Variant, alternate, ratios, spread, summarize_cost_runs
 from server.paths import ROOT
-from server.loadtest.app_cost import (TICKS_PER_S, CostRun, Variant, alternate, cpu_seconds, ratios,
-                                      spread, summarize_cost_runs)
-
-
-def test_cpu_time_is_read_after_the_command_name_whatever_it_holds():
-    # Field 2 may contain spaces and parentheses; utime and stime are fields 14 and 15.
-    stat = "4242 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 " + f"{3 * TICKS_PER_S} {TICKS_PER_S} 0 0 20"
-    assert cpu_seconds(stat) == pytest.approx(4.0)
 
 
 def run(sessions: int, cpu_s: float, tokens: int = 2000) -> CostRun:

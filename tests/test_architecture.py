@@ -45,7 +45,14 @@ def test_the_import_contracts_hold():
     # The chat app may use only the shared modules.
     ("app/history.py", "from server.plan import kv_planner", "imports only the shared"),
     # Two modules of one package that import each other.
-    ("server/loadtest/run.py", "import server.loadtest.report", "No import cycle"),
+    ("server/loadtest/bench/run.py", "import server.loadtest.bench.report", "No import cycle"),
+    # The load tools' shared plumbing must not reach up into a tool ...
+    ("server/loadtest/lib/stats.py", "from server.loadtest.bench import run", "loadtest: the tools"),
+    # ... the engine's load generator must not know the chat app's tools ...
+    ("server/loadtest/bench/command.py", "from server.loadtest.chat import cost", "loadtest: the tools"),
+    # ... and the tools of one layer stay independent of each other.
+    ("server/loadtest/users/capacity.py", "from server.loadtest.bench import run", "loadtest: the tools"),
+    ("server/loadtest/lib/plots.py", "from server.loadtest.sweep import stats", "loadtest: the tools"),
 ])
 def test_an_import_against_the_contracts_breaks_them(tmp_path, module, bad_import, contract):
     for part in ("server", "app"):

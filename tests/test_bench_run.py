@@ -152,7 +152,7 @@ def test_a_corpus_the_tokenizer_reads_as_repeats_gives_way_to_the_models_text(
     # the prefix cache served 98% of it. A corpus of one repeated word does that here.
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("zebra " * 4000, encoding="utf-8")
-    monkeypatch.setattr("server.loadtest.prompts.CORPUS", corpus)
+    monkeypatch.setattr("server.loadtest.lib.prompts.CORPUS", corpus)
     result, printed = cached_run(engine, tmp_path / "run", capsys)
     assert "text sampled from the model" in result["params"]["prompt_lengths"]
     level = result["levels"][0]
@@ -164,7 +164,7 @@ def test_a_corpus_the_tokenizer_reads_as_repeats_gives_way_to_the_models_text(
 def test_prompts_served_from_the_prefix_cache_are_reported(engine, tmp_path, monkeypatch, capsys):
     # The check above must be able to fail: the same prompt every time is seen as cached
     # (here in whole blocks of 128 tokens, the CPU build's block size: 256 of 300).
-    monkeypatch.setattr("server.loadtest.prompts.distinct_offsets", lambda ids, count, rng: [0] * count)
+    monkeypatch.setattr("server.loadtest.lib.prompts.distinct_offsets", lambda ids, count, rng: [0] * count)
     result, printed = cached_run(engine, tmp_path / "run", capsys)
     assert result["levels"][0]["summary"]["prefix_cache_hit_rate"] > 0.5
     assert "WARNING: the server's prefix cache served many prompt tokens" in printed

@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from server.loadtest import config, prompts, report, stream, target
-from server.loadtest.run import BenchResult, Level
-from server.loadtest.stats import (
+from server.loadtest.bench import report
+from server.loadtest.bench.run import BenchResult, Level
+from server.loadtest.lib import config
+from server.loadtest.lib import prompts
+from server.loadtest.lib import stream
+from server.loadtest.lib import target
+from server.loadtest.lib.stats import (
     Distribution,
     RequestRecord,
     Slo,
@@ -193,8 +197,8 @@ def test_vllm_comparison_pairs_figures_of_the_same_concurrency():
 # --- a level over several client processes (bench --processes) ---------------------------
 
 def test_a_level_is_dealt_to_processes_as_one_process_workers_would_take_it():
-    from server.loadtest.bench_processes import deal
-    from server.loadtest.client_processes import even_shares
+    from server.loadtest.bench.processes import deal
+    from server.loadtest.lib.client_processes import even_shares
     assert even_shares(10, 4) == [3, 3, 2, 2] and even_shares(1000, 4) == [250] * 4
     prompts = [config.Prompt(f"p{i}", 8, 4) for i in range(10)]
     shares = deal(prompts, concurrency=4, processes=2)
@@ -219,10 +223,10 @@ def test_bench_refuses_more_processes_than_requests_in_flight(capsys):
 def test_a_client_process_sends_its_share_and_returns_its_records():
     """The client's side of the protocol, run for real (python -m ...), against a port where
     nothing listens: every request fails fast and is recorded with its error."""
-    from server.loadtest.bench_processes import READY, record_from_dict, spec
+    from server.loadtest.bench.processes import READY, record_from_dict, spec
     cfg = config.BenchConfig(url="http://127.0.0.1:9", api_key="sk-secret", request_timeout_s=5)
     mine = [(3, config.Prompt("a", 1, 2)), (7, config.Prompt("b", 1, 2))]
-    child = subprocess.Popen([sys.executable, "-m", "server.loadtest.bench_processes"], cwd=ROOT,
+    child = subprocess.Popen([sys.executable, "-m", "server.loadtest.bench.processes"], cwd=ROOT,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     child.stdin.write(spec(cfg, "m", 4, True, 1, mine) + "\n")
@@ -384,7 +388,7 @@ def test_completion_body_sends_ignore_eos_and_sampling_only_when_asked():
 
 def test_bench_modules_import_without_the_app_environment():
     """bench and tune run where vLLM is but our app env is not: no matplotlib, openai or chainlit."""
-    code = ("import sys, server.loadtest.bench, server.loadtest.stats, server.loadtest.tune; "
+    code = ("import sys, server.loadtest.bench.command, server.loadtest.lib.stats, server.loadtest.sweep.tune; "
             "print(sorted(m for m in ('matplotlib', 'openai', 'chainlit', 'numpy', 'app.engine_client') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SESSION = ROOT / "benchmarks" / "gpu" / "h200" / "compare-same-prompts" / "session-a"
+# A real compare session on the H200 (8e59b31:benchmarks/gpu/h200/compare-same-prompts/session-a),
+# less the per-request CSVs and logs the table does not read.
+SESSION = ROOT / "tests" / "data" / "h200-compare-session-a"
 
 
 def run(script: str, *args) -> str:

@@ -1,4 +1,4 @@
-"""benchmarks/gpu/cpu_during.py: the machine's CPU by kind of process while a burst runs."""
+"""`ernie-chat cpu-during`: the machine's CPU by kind of process while a burst runs."""
 
 from __future__ import annotations
 
@@ -8,19 +8,25 @@ import subprocess
 import sys
 import time
 
-from server.paths import ROOT
+import pytest
 
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-import cpu_during  # noqa: E402
+from server.loadtest.chat import cpu
+from server.paths import ROOT
 
 SPIN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
 
 
 def test_a_process_is_grouped_by_what_it_runs():
-    assert cpu_during.group_of("VLLM::EngineCore_DP0") == "engine core"
-    assert cpu_during.group_of("python -m app.serve run /x/app/chat.py --headless") == "app workers"
-    assert cpu_during.group_of("python -m server.cli qa-load --sessions 1000 --json") == "load clients"
-    assert cpu_during.group_of("python3 benchmarks/gpu/cpu_during.py out.json") == "other"
+    assert cpu.group_of("VLLM::EngineCore_DP0") == "engine core"
+    assert cpu.group_of("python -m app.serve run /x/app/chat.py --headless") == "app workers"
+    assert cpu.group_of("python -m server.cli qa-load --sessions 1000 --json") == "load clients"
+    assert cpu.group_of("python -m server.cli cpu-during out.json") == "other"
+
+
+def test_cpu_time_is_read_after_the_command_name_whatever_it_holds():
+    # Field 2 may contain spaces and parentheses; utime and stime are fields 14 and 15.
+    stat = "4242 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 " + f"{3 * cpu.TICKS_PER_S} {cpu.TICKS_PER_S} 0 0 20"
+    assert cpu.cpu_seconds(stat) == pytest.approx(4.0)
 
 
 def sample(t: float, **groups: float) -> dict:
@@ -30,7 +36,7 @@ def sample(t: float, **groups: float) -> dict:
 
 def test_the_machines_busy_cores_are_the_sum_of_its_processes():
     # (/proc/stat counts the host's cores on the lent H200, not the container's)
-    busy = cpu_during.cores(sample(10.0, app_workers=1.0, engine_core=0.5),
+    busy = cpu.cores(sample(10.0, app_workers=1.0, engine_core=0.5),
                             sample(10.5, app_workers=4.0, engine_core=1.0, balancer=0.1))
     assert busy["app workers"] == 6.0 and busy["engine core"] == 1.0
     assert abs(busy["balancer"] - 0.2) < 1e-9 and abs(busy["machine"] - 7.2) < 1e-9
@@ -38,17 +44,18 @@ def test_the_machines_busy_cores_are_the_sum_of_its_processes():
 
 def test_steps_shorter_than_the_sampling_period_span_the_samples_around_them():
     samples = [sample(0.0, app_workers=0.0), sample(0.15, app_workers=1.2), sample(0.4, app_workers=1.2)]
-    first, second, third = cpu_during.steps(samples, 0.0, step_s=0.1, count=3)
+    first, second, third = cpu.steps(samples, 0.0, step_s=0.1, count=3)
     assert first["app workers"] == 8.0  # 0.0-0.1 lies between the samples at 0 and 0.15
     assert abs(second["app workers"] - 3.0) < 1e-9  # 0.1-0.2: between 0 and 0.4
     assert third["app workers"] == 0.0  # 0.2-0.3: between 0.15 and 0.4, nothing used
-    assert cpu_during.steps(samples, 0.35, step_s=0.1, count=1) == [{}]  # past the last sample
+    assert cpu.steps(samples, 0.35, step_s=0.1, count=1) == [{}]  # past the last sample
 
 
 def test_a_load_client_that_exits_before_the_sampler_stops_still_counts(tmp_path):
     out = tmp_path / "cpu.json"
-    sampler = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "gpu" / "cpu_during.py"), str(out)],
+    sampler = subprocess.Popen([sys.executable, "-m", "server.cli", "cpu-during", str(out)], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)
+    assert sampler.stdout.readline().startswith("sampling")  # the command line has started
     time.sleep(0.5)
     started = time.monotonic()
     # A process whose command line says it is one of the load tools, spinning one core for 1 s.
@@ -60,6 +67,6 @@ def test_a_load_client_that_exits_before_the_sampler_stops_still_counts(tmp_path
     assert result["whole"]["load clients"] * result["seconds"] > 0.8  # ~1 CPU-second, kept
     # (over 0.4 of a core, not 1: on a loaded 2-core machine the second core is shared)
     assert result["busiest_1s"]["load clients"] > 0.4
-    second = cpu_during.window(result["samples"], started)
+    second = cpu.window(result["samples"], started)
     assert second["load clients"] > 0.4
     assert "busy cores, the busiest second" in printed and "load clients" in printed

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from server.engine_state import read_state
-from server.loadtest.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import port_free
 from tests.stack_process import Up, alive, descendants

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from server import cli
-from server.loadtest import chat_socket, qa_load, qa_processes
-from server.loadtest.chat_socket import SessionRecord
-from server.loadtest.qa_load import count_crossed, summarize_sessions
+from server.loadtest.chat import qa_load
+from server.loadtest.chat import processes as qa_processes
+from server.loadtest.chat.qa_load import count_crossed, summarize_sessions
+from server.loadtest.lib import chat_socket
+from server.loadtest.lib.chat_socket import SessionRecord
 from server.stack.processes import free_port
 from server.usage_log import read_usage
 from tests.conftest import start_app
@@ -169,10 +171,10 @@ def test_tags_are_unique_per_chat_and_per_run():
 def test_prompts_file_takes_non_empty_lines(tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text("first\n\n  second  \n", encoding="utf-8")
-    assert qa_load.read_prompts(path) == ["first", "second"]
+    assert chat_socket.read_prompts(path) == ["first", "second"]
     path.write_text("\n \n", encoding="utf-8")
-    with pytest.raises(qa_load.QaLoadError):
-        qa_load.read_prompts(path)
+    with pytest.raises(chat_socket.QaLoadError):
+        chat_socket.read_prompts(path)
 
 
 def test_bounds_are_refused_before_anything_is_sent():
@@ -244,7 +246,7 @@ async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, s
     before = engine_requests(log)
     usage = short_replies_app.usage_log
     logged = len(read_usage(usage)[0]) if usage.exists() else 0
-    result = await qa_load.run_load(short_replies_app.app_url, list(qa_load.DEFAULT_PROMPTS),
+    result = await qa_load.run_load(short_replies_app.app_url, list(chat_socket.DEFAULT_PROMPTS),
                                     QA_SESSIONS, QA_TIMEOUT_S)
     asked = {path: n - before[path] for path, n in engine_requests(log).items()}
     # One probe for the process's chats and one measurement of the template

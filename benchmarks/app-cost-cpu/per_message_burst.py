@@ -34,10 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.app_cost import (ProfiledApp, Variant, alternate, parse_env,  # noqa: E402
-                                     process_cpu_s, py_spy, spread)
-from server.loadtest.chat_socket import ChatSession  # noqa: E402
-from server.loadtest.qa_load import make_records  # noqa: E402
+from server.loadtest.chat.cost import ProfiledApp, Variant, alternate, parse_env, py_spy, spread  # noqa: E402
+from server.loadtest.chat.cpu import process_cpu_s  # noqa: E402
+from server.loadtest.chat.qa_load import make_records  # noqa: E402
+from server.loadtest.lib.chat_socket import ChatSession  # noqa: E402
 
 PROMPTS = ["Say hello.", "Tell me a story.", "What is a GPU?", "Count to three."]
 REPLY_TOKENS = 4

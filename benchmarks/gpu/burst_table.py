@@ -28,8 +28,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from cpu_during import busiest, describe, steps, window  # this folder's: the machine's CPU in a burst
-from crowd_table import chat_rows  # this folder's: a gzipped CSV's rows
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its CPU sampler
+from crowd_table import chat_rows  # noqa: E402  (this folder's: a gzipped CSV's rows)
+
+from server.loadtest.chat.cpu import busiest, describe, steps, window  # noqa: E402
 
 ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
 REPLY_TOKENS = 256
@@ -82,7 +84,7 @@ def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
 
 
 def cpu_samples(round_dir: Path, name: str) -> tuple[int, list[dict]]:
-    """(the machine's cores, cpu_during.py's samples) of one side's burst; none before the
+    """(the machine's cores, `cpu-during`'s samples) of one side's burst; none before the
     ninth session."""
     for path in (round_dir / f"{name}.json", round_dir / f"{name}.json.gz"):
         if path.exists():

@@ -6,9 +6,9 @@
 #
 # Getting there (calls back to back: /tmp lasts only while the machine is warm). A call carries
 # 64 MiB with the ~22 MiB tree, so everything travels in pieces of ~31 MiB:
-#   here:  bash ../shared/gpu/build_bundle.sh; split vllm_site.tar.xz into .gpu/c1..c3;
+#   here:  bash $GPU_KIT/build_bundle.sh (GPU_KIT: benchmarks/gpu/kit.sh); split vllm_site.tar.xz into .gpu/c1..c3;
 #          bash benchmarks/gpu/app_wheels.sh (.gpu/a1..: NOT stack_env.sh wheels, which built cp311
-#          wheels the H200's 3.12 refuses); python ../shared/gpu/make_shape_model.py .gpu/model;
+#          wheels the H200's 3.12 refuses); python $GPU_KIT/make_shape_model.py .gpu/model;
 #          HAProxy from Debian 12 with its libraries in .gpu/haproxy.tgz (haproxy.bin, lib/*.so*, a
 #          wrapper `haproxy` that sets LD_LIBRARY_PATH; crowd.sh unpacks it to /tmp/haproxy)
 #   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2)
@@ -36,7 +36,7 @@
 #          2026-12-03, ninth session: `queue workers-ab` (2 calls), then on a second machine
 #          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
 #          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
-#          the machine's CPU by kind of process (cpu_during.py; burst_table.py prints the burst's
+#          the machine's CPU by kind of process (`server.cli cpu-during`; burst_table.py prints the burst's
 #          first second); then starts with new compile hashes. Then, on a second machine, `queue
 #          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`), and
 #          on a third `queue burst-profile-paused` (the same, the worker paused per sample).
@@ -193,7 +193,7 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
 }
 cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (since the
                # ninth session: is a burst bound by the machine's cores?)
-    .venv/bin/python benchmarks/gpu/cpu_during.py "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
+    .venv/bin/python -m server.cli cpu-during "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
 }
 cpu_stop() { kill -INT $cpu_pid 2>/dev/null; wait $cpu_pid 2>/dev/null; }
 burst_round() {  # burst_round DIR: on the running stack, 64 chats at once through the app and 64
@@ -439,7 +439,7 @@ PY
     up_stop ;;
   burst-profile)  # tenth session: where a worker's CPU goes in a 1,000-chat burst on the H200: py-spy on
                   # one of the 8 workers through a whole qa-load run (opening, the burst, the
-                  # streams; benchmarks/app-cost-cpu/profile_split.py splits it), then burst_rounds
+                  # streams; 8e59b31:benchmarks/app-cost-cpu/profile_split.py split it), then burst_rounds
     up_start burst-profile ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     # --nonblocking: the worker is not paused per sample. (So sampled, Python 3.12's coroutine
     # stacks came out cut short, most 1-4 frames, and 106 of 447 samples failed: see

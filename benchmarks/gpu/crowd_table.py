@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its objective
-from server.loadtest.capacity import Objective  # noqa: E402
+from server.loadtest.users.capacity import Objective  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "h200" / "crowd"
 # The later sessions of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller); the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 measurements of docs/gpu-results.md, through the project's own `plan`, `tune`
 # and `bench`. Runs on the lent GPU machine after the vLLM bundle is installed
-# (../shared/gpu/README.md), from the repo root:  bash benchmarks/gpu/run.sh PHASE
+# (the README of the bundle's tools, GPU_KIT: benchmarks/gpu/kit.sh), from the repo root:  bash benchmarks/gpu/run.sh PHASE
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (.gpu/model,
 # --load-format dummy): speed and memory are the real model's; the text is not.
 #

@@ -1,10 +1,19 @@
-"""The load tools: ``bench`` (the engine), ``qa-load`` (the chat app), ``tune`` (settings).
+"""The load tools, below only the CLI: one package per tool, and the plumbing they share.
 
-``bench`` is split in the order a request meets it: ``config`` (what is sent),
-``target`` (the server), ``prompts``, ``stream`` (one request on the wire),
-``run`` (levels of concurrency), ``stats`` (vLLM's definitions), ``report`` and
-``plots``.  ``tune`` starts the engine at each point of a sweep with the stack's
-own code and benches it; ``qa_load`` drives the app through ``chat_socket``;
-``app_overhead`` times the chat's streaming path.  The top of the import order,
-below only the CLI.
+* ``lib``: what every tool shares: the load's config and its command-line flags
+  (``config``, ``load_args``), the server (``target``), exact-length prompts, the two
+  wires (``stream``: the engine's OpenAI stream; ``chat_socket``: the app's websocket),
+  the statistics (vLLM's definitions), client processes that start together, plots.
+* ``bench``: ``ernie-chat bench``, the engine's load generator (levels of concurrency,
+  its report).
+* ``users``: simulated users who arrive and chat over time (``qa-load --users``), and
+  ``ernie-chat capacity``, how many of them a machine serves within an objective.
+* ``chat``: the load through the chat app: ``ernie-chat qa-load`` (bursts of chats),
+  ``bench --app-cost`` and ``--app-overhead`` (what the app costs on bench's load), and
+  ``ernie-chat cpu-during`` (the machine's CPU by kind of process while a load runs).
+* ``sweep``: ``ernie-chat tune``, which starts the engine at each point of a sweep with the
+  stack's own code and runs bench's load on it.
+
+Imports run down that list's layers (pyproject.toml, "loadtest-layers"): sweep and chat
+above bench and users, all above lib; tools of one layer do not import each other.
 """

@@ -1,0 +1,169 @@
+"""Processes' CPU from /proc: one process's (the app's, for ``bench --app-cost``), and the
+machine's by kind of process while a load runs (``ernie-chat cpu-during``).
+
+    ernie-chat cpu-during OUT.json &  ...the load: qa-load, capacity, bench...  ; kill -INT $!
+
+Until it is interrupted the sampler reads, every 50 ms (~57 ms with the reading itself), how
+much CPU each process used (/proc/PID/stat), grouped by what the process is (its command line:
+the app's workers, vLLM's API servers and engine core, HAProxy, the load clients). The
+machine's busy cores are the sum over every process it sees, not /proc/stat's first line: on
+the lent H200 that line counts the whole host's cores, not the 16 the container has (it read
+0.5-1.0 busy cores while the processes summed to 7-8). On SIGINT or SIGTERM it writes the
+samples and prints the busy cores, by group, in the busiest second and over the whole run;
+benchmarks/gpu/burst_table.py reads the samples for a burst's first second and its first
+100-ms steps (the samples' ``t`` is the monotonic clock that qa-load's ``sent_at`` reads).
+
+Why: on the lent H200s neither fewer messages per worker (12 workers against 8) nor a
+cheaper message (the loop without nest_asyncio) moved a 1,000-chat burst's wait before the
+handler out of the noise (docs/gpu-crowd.md, "ninth session"): is the machine's every core
+busy in the burst's first second, and with what? The same question sizes a machine for a
+crowd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+# vLLM's /proc figures are in clock ticks.
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# The sampler's period: steps of 100 ms in a burst still span two samples.
+PERIOD_S = 0.05
+# Checked in order against a process's command line (vLLM sets its processes' titles).
+GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
+          ("API servers", "APIServer"), ("API servers", "vllm_serve"), ("supervisor", "server.cli up"),
+          ("app workers", "app.serve"), ("app workers", "chainlit run"), ("balancer", "haproxy"),
+          ("load clients", "server.cli qa-load"), ("load clients", "server.cli bench"),
+          ("load clients", "server.loadtest."))
+
+
+def cpu_seconds(stat: str) -> float:
+    """utime + stime of one process from the text of /proc/PID/stat.
+
+    The command name (field 2) may hold spaces and parentheses, so fields are
+    counted after its closing parenthesis: utime and stime are fields 14 and 15.
+    """
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def process_cpu_s(pid: int) -> float:
+    return cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+
+
+def group_of(cmdline: str) -> str:
+    return next((name for name, needle in GROUPS if needle in cmdline), "other")
+
+
+class Processes:
+    """Each process's CPU since the sampler began (or since it started, if later), kept after
+    it exits: a load client that finishes before the sampler stops still counts."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list] = {}  # pid -> [group, CPU-s at first sight, CPU-s last seen]
+        self.first = True
+
+    def read(self) -> dict[str, float]:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                used_s = process_cpu_s(int(pid))
+                if pid not in self.seen:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                    self.seen[pid] = [group_of(cmdline.decode(errors="replace")),
+                                      used_s if self.first else 0.0, used_s]
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            self.seen[pid][2] = used_s
+        self.first = False
+        used: dict[str, float] = {}
+        for group, first, last in self.seen.values():
+            used[group] = used.get(group, 0) + last - first
+        return used
+
+
+def sample(processes: Processes) -> dict:
+    return {"t": time.monotonic(), "groups": processes.read()}
+
+
+def cores(first: dict, last: dict) -> dict:
+    """Busy cores between two samples: each group's, and the machine's (their sum)."""
+    span_s = last["t"] - first["t"]
+    if span_s <= 0:
+        return {}
+    out = {name: (used_s - first["groups"].get(name, 0.0)) / span_s for name, used_s in last["groups"].items()}
+    return {"machine": sum(out.values()), **out}
+
+
+def window(samples: list[dict], start_t: float, length_s: float = 1.0) -> dict:
+    """Busy cores from the first sample at or after ``start_t`` to the last within ``length_s``."""
+    inside = [s for s in samples if start_t <= s["t"] <= start_t + length_s]
+    return cores(inside[0], inside[-1]) if len(inside) >= 2 else {}
+
+
+def steps(samples: list[dict], start_t: float, step_s: float = 0.1, count: int = 6) -> list[dict]:
+    """Busy cores in ``count`` steps of ``step_s`` from ``start_t``, each between the samples
+    that bracket it (a step shorter than the sampling period spans two samples)."""
+    out = []
+    for k in range(count):
+        begin, end = start_t + k * step_s, start_t + (k + 1) * step_s
+        before = [s for s in samples if s["t"] <= begin]
+        after = [s for s in samples if s["t"] >= end]
+        out.append(cores(before[-1], after[0]) if before and after else {})
+    return out
+
+
+def busiest(samples: list[dict], length_s: float = 1.0) -> dict:
+    """The ``length_s`` window in which the machine was busiest."""
+    windows = (window(samples, s["t"], length_s) for s in samples if s["t"] + length_s <= samples[-1]["t"])
+    return max(windows, key=lambda w: w.get("machine", 0), default={})
+
+
+def summary(samples: list[dict]) -> dict:
+    if len(samples) < 2:
+        return {}
+    return {"cores": len(os.sched_getaffinity(0)), "busiest_1s": busiest(samples), "whole": cores(samples[0], samples[-1]),
+            "seconds": samples[-1]["t"] - samples[0]["t"]}
+
+
+def describe(figures: dict, label: str, of: int) -> str:
+    """One line: the machine's busy cores, then each group's, busiest first."""
+    parts = ", ".join(f"{name} {value:.1f}" for name, value in sorted(figures.items(), key=lambda kv: -kv[1])
+                      if name != "machine" and value >= 0.05)
+    return f"busy cores, {label}: {figures.get('machine', 0):.1f} of {of} ({parts})"
+
+
+def add_parser(sub) -> None:
+    cpu = sub.add_parser(
+        "cpu-during", help="the machine's CPU by kind of process while a load runs",
+        description="Sample every process's CPU (/proc) every 50 ms until interrupted (SIGINT or "
+        "SIGTERM), grouped by what it runs (engine, API servers, app workers, balancer, load "
+        "clients); then write the samples to OUT and print the busy cores, by group, in the "
+        "busiest second and over the whole run.")
+    cpu.add_argument("out", type=Path, metavar="OUT.json", help="where the samples go")
+    cpu.set_defaults(func=cmd_cpu_during)
+
+
+def cmd_cpu_during(args: argparse.Namespace) -> int:
+    samples: list[dict] = []
+    processes = Processes()
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.append(True))
+    # The first line says the sampler is running: a script starts its load after it.
+    print(f"sampling every {PERIOD_S * 1000:.0f} ms until interrupted", flush=True)
+    while not stop:
+        samples.append(sample(processes))
+        time.sleep(PERIOD_S)
+    samples.append(sample(processes))
+    result = summary(samples)
+    args.out.write_text(json.dumps({**result, "samples": samples}))
+    if result:
+        print(describe(result["busiest_1s"], "the busiest second", result["cores"]))
+        print(describe(result["whole"], f"the whole {result['seconds']:.1f} s", result["cores"]))
+    return 0

@@ -1,0 +1,107 @@
+"""The load as the command line gives it, for every tool that sends one: the flags that
+describe it (``bench``'s, which ``tune`` runs at every point and bench's app modes on the
+app), the :class:`BenchConfig` they make, and where a run's files go by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Optional
+
+from server.loadtest.lib.client_processes import MAX_PROCESSES
+from server.loadtest.lib.config import BenchConfig, BenchError, Load
+from server.loadtest.lib.stats import Slo
+from server.loadtest.lib.target import check_target
+from server.paths import RESULTS_DIR
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("every value must be at least 1")
+    return values
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that describe the load; `tune` runs the same load at every point."""
+    load = parser.add_argument_group("load")
+    load.add_argument("--concurrency", type=int_list, default=(4,),
+                      help="requests in flight; a comma list sweeps (1,4,16). Default 4")
+    load.add_argument("--num-prompts", type=int, default=Load.num_prompts,
+                      help=f"requests per concurrency level (default {Load.num_prompts})")
+    load.add_argument("--input-len", type=int, default=Load.input_len,
+                      help=f"prompt tokens (default {Load.input_len})")
+    load.add_argument("--output-len", type=int, default=Load.output_len,
+                      help=f"reply tokens, max_tokens (default {Load.output_len})")
+    load.add_argument("--range-ratio", type=float, default=0.0,
+                      help="draw lengths uniformly in [len x (1-r), len x (1+r)], as vLLM")
+    load.add_argument("--from-usage", nargs="?", const="", metavar="FILE",
+                      help="draw (prompt, reply) lengths from recorded chats (default ERNIE_USAGE_LOG)")
+    load.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                      help="let replies end at EOS (default: send ignore_eos so every reply is "
+                           "--output-len long)")
+    load.add_argument("--temperature", type=float, help="default: the server's")
+    load.add_argument("--top-p", type=float,
+                      help="default: the server's. The chat sends ERNIE_TOP_P (0.9), which makes "
+                           "vLLM run a top-p sampling kernel every step: give --temperature 0.7 "
+                           "--top-p 0.9 to load vLLM as the chat does")
+    load.add_argument("--slo-ttft-ms", type=float, help="goodput counts requests with TTFT at most this")
+    load.add_argument("--slo-tpot-ms", type=float, help="goodput counts requests with TPOT at most this")
+    load.add_argument("--max-seconds", type=float, default=600.0,
+                      help="stop the load after this long; requests still running are cancelled "
+                           "(default 600)")
+    load.add_argument("--request-timeout-s", type=float, default=300.0,
+                      help="give up on a request after this long without a chunk (default 300)")
+    load.add_argument("--warmup", type=int, default=1, help="unmeasured requests first (default 1)")
+    load.add_argument("--processes", type=int, default=1,
+                      help="client processes that share each level's requests and send at once "
+                           "(default 1; one process reading a thousand streams measures itself: "
+                           "give 4 for 1,000 in flight, as qa-load --processes)")
+    load.add_argument("--seed", type=int, default=0)
+
+
+def config_from_args(args: argparse.Namespace, settings, url: str, model: Optional[str] = None,
+                     api_key: Optional[str] = None) -> BenchConfig:
+    from_usage = None
+    if args.from_usage is not None:
+        from_usage = Path(args.from_usage) if args.from_usage else settings.usage_log
+    if args.num_prompts < 1 or args.input_len < 1 or args.output_len < 1 or args.max_seconds <= 0:
+        raise BenchError("--num-prompts, --input-len, --output-len and --max-seconds must be positive.")
+    if not 0 <= args.range_ratio < 1:
+        raise BenchError("--range-ratio must be in [0, 1).")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise BenchError(f"--top-p must be in (0, 1] (got {args.top_p}).")
+    if not 1 <= args.processes <= MAX_PROCESSES:
+        raise BenchError(f"--processes must be between 1 and {MAX_PROCESSES} (got {args.processes}).")
+    if args.processes > min(args.concurrency):
+        raise BenchError(f"--processes {args.processes} is more than --concurrency {min(args.concurrency)}: "
+                         "each client process needs at least one request in flight.")
+    return BenchConfig(
+        url=url.rstrip("/").removesuffix("/v1"), api_key=api_key, model=model,
+        concurrencies=args.concurrency,
+        load=Load(args.num_prompts, args.input_len, args.output_len, args.range_ratio,
+                  from_usage, args.seed),
+        ignore_eos=args.ignore_eos, max_seconds=args.max_seconds,
+        request_timeout_s=args.request_timeout_s, warmup=max(0, args.warmup),
+        temperature=args.temperature, top_p=args.top_p, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms),
+        processes=args.processes)
+
+
+def engine_config(args: argparse.Namespace):
+    """The settings and the load for the server a command names (--url, default the engine of
+    the settings), checked to be one this machine may load."""
+    from server.settings import load_settings
+    settings = load_settings()
+    url = args.url or settings.engine_base_url
+    check_target(url, explicit=bool(args.url))
+    return settings, config_from_args(args, settings, url, args.model, args.api_key or settings.api_key_value)
+
+
+def results_folder(out: Optional[Path], prefix: str = "") -> Path:
+    """--out, or a new folder named by the time under benchmarks/results/."""
+    return out or RESULTS_DIR / time.strftime(f"{prefix}%Y%m%d-%H%M%S")

@@ -1,0 +1,88 @@
+"""tune's results folder: tune.json, written after every point, read back by ``--resume``
+and ``--plot-only``, and the plot.
+
+``tune.json`` holds the sweep's header (what makes it the same sweep: model, device,
+load, repeats, the points' labels), every point's outcome with each run's summary and
+the spreads, and at the end the choice and why.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from server.loadtest.sweep.choice import (Outcome, TuneError, plot_panels, plot_rows, render_table,
+                                          shared_label)
+
+RESUMABLE = ("not run", "cut")  # statuses a --resume runs again
+
+
+def write(out_dir: Path, header: dict, outcomes: list[Outcome], extra: Optional[dict] = None) -> Path:
+    path = out_dir / "tune.json"
+    path.write_text(json.dumps({
+        "kind": "ernie-chat tune", "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "command_line": shlex.join(sys.argv), **header,
+        "points": [o.as_dict() for o in outcomes], **(extra or {}),
+    }, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def take_done(out_dir: Path, header: dict, outcomes: list[Outcome], repeats: int) -> int:
+    """Put the points the folder's tune.json has done into ``outcomes``; how many are done.
+
+    A point is done when it failed, or was measured with all its runs; the rest run again.
+    """
+    path = out_dir / "tune.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TuneError(f"--resume: cannot read {path} ({exc}).") from None
+    as_saved = json.loads(json.dumps(header))  # tuples come back as lists
+    changed = [k for k, v in as_saved.items() if saved.get(k) != v]
+    if changed:
+        raise TuneError(f"--resume: {path} is another sweep ({', '.join(changed)} differ); give the "
+                        "same command, or another --out.")
+    for i, outcome in enumerate(Outcome.from_dict(p) for p in saved["points"]):
+        if outcome.status == "failed" or (outcome.status == "measured" and len(outcome.runs) >= repeats):
+            outcomes[i] = outcome
+    return sum(o.status not in RESUMABLE for o in outcomes)
+
+
+def show(path: Path) -> list[Path]:
+    """``tune --plot-only``: the table, the explanation and tune.png of a saved sweep, e.g.
+    one run on a GPU machine without matplotlib."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        outcomes = [Outcome.from_dict(p) for p in saved["points"]]
+    except (OSError, ValueError, KeyError) as exc:
+        raise TuneError(f"--plot-only {path}: not a tune.json ({exc}).") from None
+    chosen = outcomes[saved["chosen"]] if saved.get("chosen") is not None else None
+    print(render_table(outcomes, chosen))
+    print("\n" + saved.get("explanation", ""))
+    need = saved.get("need_max_model_len") or 0
+    return plot(outcomes, chosen, need, path.parent)
+
+
+def plot(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, out_dir: Path) -> list[Path]:
+    try:
+        from server.loadtest.lib import plots
+    except ImportError as exc:  # a GPU machine without matplotlib: `tune --plot-only` later
+        print(f"[tune] plot skipped ({exc}); draw it elsewhere with `ernie-chat tune --plot-only "
+              f"{out_dir / 'tune.json'}`")
+        return []
+    rows = plot_rows(outcomes, chosen, need)
+    return [plots.plot_tune(rows, plot_panels(rows), need, out_dir / "tune.png", shared_label(outcomes))]
+
+
+def write_final(out_dir: Path, header: dict, outcomes: list[Outcome], chosen: Optional[Outcome],
+                need: int, need_source: str, explanation: str) -> list[Path]:
+    """tune.json with the choice, and tune.png."""
+    paths = [write(out_dir, header, outcomes, {
+        "need_max_model_len": need, "need_source": need_source,
+        "chosen": outcomes.index(chosen) if chosen else None,
+        "chosen_env": chosen.point.env_values() if chosen else None, "explanation": explanation})]
+    return paths + plot(outcomes, chosen, need, out_dir)

@@ -1,0 +1,159 @@
+"""One simulated user's chat, through the app's websocket or straight to the engine.
+
+The user model (``server.loadtest.users.model``) drives either kind the same way:
+``open``, then ``ask`` once per turn, then ``close``.  ``ask`` returns what the
+user saw of one reply (a :class:`Reply`); what could cross between chats is
+checked on the app's side only, since the engine's streams are separate HTTP
+responses. ``Target`` says where the users go, and ``chat_factory`` checks it answers
+and builds each user's chat for it.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
+
+import httpx
+
+from server.errors import LoadTestError
+from server.loadtest.lib.chat_socket import ChatSession, SessionRecord, check_app
+from server.loadtest.lib.config import BenchConfig
+from server.loadtest.lib.stream import StreamConnection, StreamError
+from server.loadtest.lib.target import served_model
+
+
+@dataclass
+class Reply:
+    """One turn as its user saw it; times in seconds from sending the message."""
+
+    ttft_s: Optional[float] = None
+    total_s: Optional[float] = None
+    tokens: Optional[int] = None  # the engine's count of the reply's tokens
+    complete: bool = False
+    error: str = ""
+
+
+class Chat(Protocol):
+    session: Optional[ChatSession]  # the app's chat, for the crossed-reply check; None direct
+
+    async def open(self) -> str:
+        """Open the chat; an error message, or "" when it is ready."""
+
+    async def ask(self, prompt: str) -> Reply:
+        """Send ``prompt`` and wait for the whole reply."""
+
+    async def close(self) -> None: ...
+
+
+class AppChat:
+    """A chat of the app through its websocket, as a browser tab (chat_socket)."""
+
+    def __init__(self, url: str, index: int, tag: str):
+        self.url = url
+        self.session = ChatSession(SessionRecord(index, tag, prompt=""))
+
+    async def open(self) -> str:
+        ok = await self.session.open(self.url)
+        return "" if ok else (self.session.record.error or "the chat did not open")
+
+    async def ask(self, prompt: str) -> Reply:
+        self.session.next_turn(prompt)
+        await self.session.ask()
+        record = self.session.record
+        return Reply(record.ttft_s, record.total_s, record.reply_tokens,
+                     record.complete and record.reply_tokens is not None, record.error)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class EngineChat:
+    """A chat sent straight to the engine's OpenAI API, with its whole history each turn.
+
+    Like the app it sends the system prompt, the earlier exchanges and the new
+    message with the app's sampling settings, streams the reply and asks for the usage
+    (the exact token count).
+    """
+
+    session = None
+
+    def __init__(self, base_url: str, api_key: Optional[str], model: str, system_prompt: str,
+                 sampling: dict, timeout_s: float):
+        self.conn = StreamConnection(base_url, api_key, timeout_s)
+        self.model, self.sampling = model, sampling  # max_tokens, temperature, ... as the app sends
+        self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+
+    async def open(self) -> str:
+        return ""  # nothing to open: each turn is a request of its own
+
+    async def ask(self, prompt: str) -> Reply:
+        body = {"model": self.model, "messages": [*self.messages, {"role": "user", "content": prompt}],
+                **self.sampling, "stream": True, "stream_options": {"include_usage": True}}
+        reply, pieces, finished = Reply(), [], False
+        started = time.perf_counter()
+        try:
+            stream = self.conn.events("/v1/chat/completions", body)
+            async with aclosing(stream):
+                async for chunk in stream:
+                    for choice in chunk.get("choices") or ():
+                        if text := (choice.get("delta") or {}).get("content"):
+                            if reply.ttft_s is None:
+                                reply.ttft_s = time.perf_counter() - started
+                            pieces.append(text)
+                        finished = finished or bool(choice.get("finish_reason"))
+                    if usage := chunk.get("usage"):
+                        reply.tokens = usage.get("completion_tokens")
+        except (StreamError, ValueError) as exc:
+            reply.error = str(exc) or type(exc).__name__
+            return reply
+        reply.total_s = time.perf_counter() - started
+        reply.complete = bool(pieces) and finished and reply.tokens is not None
+        if not reply.complete:
+            reply.error = "the stream ended without a whole reply"
+        self.messages += [{"role": "user", "content": prompt},
+                          {"role": "assistant", "content": "".join(pieces)}]
+        return reply
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+# --- where the users go --------------------------------------------------------------
+
+PATHS = ("app", "engine")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the users go, and what a direct chat sends (the app decides that itself)."""
+
+    through: str                 # "app" or "engine"
+    url: str
+    api_key: Optional[str] = None
+    system_prompt: str = ""
+    max_tokens: int = 512
+    ignore_eos: bool = False
+    temperature: Optional[float] = None  # None: the engine's default
+    top_p: Optional[float] = None
+
+    def sampling(self) -> dict:
+        """What a direct chat sends besides the messages, as the app would."""
+        body = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
+        body = {k: v for k, v in body.items() if v is not None}
+        return {**body, "ignore_eos": True} if self.ignore_eos else body
+
+
+async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int, str], Chat]:
+    """Check the target answers, then return a function that builds one user's chat."""
+    if target.through == "app":
+        await check_app(target.url)
+        return lambda index, tag: AppChat(target.url, index, tag)
+    if target.through != "engine":
+        raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
+    cfg = BenchConfig(url=target.url, api_key=target.api_key)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        model, _ = await served_model(http, cfg)
+    return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
+                                         target.sampling(), reply_timeout_s)
