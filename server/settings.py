@@ -304,6 +304,24 @@ class Settings(BaseSettings):
         "(ERNIE_ENGINE_URL).",
     )
 
+    # --- what the chat takes from browsers ---------------------------------
+    allowed_origins: Annotated[str, AfterValidator(rules.origins)] = Field(
+        "", description="Other web origins (scheme://host:port, comma-separated) whose pages may "
+        "call the chat with the user's cookies (CORS) and open its socket. Empty: only the chat's "
+        "own origin, whatever address it is reached at (directly or through the balancer).",
+    )
+    pdf_max_pages: int = Field(
+        300, ge=1, description="An attached PDF with more pages is refused unread.",
+    )
+    pdf_memory_mb: int = Field(
+        512, ge=128, description="Memory (address space, MiB) of the child process that reads one "
+        "attached PDF: a file that needs more is refused, the chat is not touched.",
+    )
+    pdf_timeout_s: float = Field(
+        20, gt=0, description="Seconds the child process may take to read one attached PDF before "
+        "it is stopped and the file refused.",
+    )
+
     @model_validator(mode="after")
     def _settings_agree(self) -> "Settings":
         if problems := rules.disagreements(self):
@@ -318,6 +336,11 @@ class Settings(BaseSettings):
         return {name.strip(): password for name, _, password in pairs}
 
     # --- derived values ----------------------------------------------------
+    @property
+    def allowed_origin_list(self) -> list[str]:
+        # Browsers send the scheme and host in lower case.
+        return [o.strip().lower() for o in self.allowed_origins.split(",") if o.strip()]
+
     @property
     def starts_engine(self) -> bool:
         """False when the user points the app at a server that runs elsewhere."""
