@@ -26,7 +26,7 @@ from chainlit.config import config as chainlit_config
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app import (boot_cookie, export, files_dir, live_view, login, origins, regenerate, saved_chats,
-                 server_info, session_tasks, token_count, upload_check)
+                 served_files, server_info, session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -67,6 +67,8 @@ UPLOADS = chainlit_config.features.spontaneous_file_upload
 MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
 files_dir.install()
 upload_check.install()
+upload_limit.install(MAX_UPLOAD_BYTES)
+served_files.install()
 origins.install(SETTINGS.allowed_origin_list)
 boot_cookie.install()
 
