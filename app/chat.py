@@ -31,6 +31,7 @@ from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
+from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
 from app.single_flight import SingleFlight
@@ -65,6 +66,9 @@ CHAINLIT_STOP_MESSAGE = "Task manually stopped."
 # [features.spontaneous_file_upload] in .chainlit/config.toml; the server counts MiB.
 UPLOADS = chainlit_config.features.spontaneous_file_upload
 MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
+# A PDF's text is capped at the upload limit too: more could never fit a prompt.
+PDF_LIMITS = PdfLimits(SETTINGS.pdf_max_pages, SETTINGS.pdf_memory_mb, SETTINGS.pdf_timeout_s,
+                       MAX_UPLOAD_BYTES)
 files_dir.install()
 upload_check.install()
 upload_limit.install(MAX_UPLOAD_BYTES)
@@ -215,7 +219,8 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
     if not files:
         return message.content
-    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES, UPLOADS.max_files)
+    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
+                                             UPLOADS.max_files, PDF_LIMITS)
     if refused:
         await show_error(refusal(lang(), refused))
         return None
