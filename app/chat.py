@@ -73,7 +73,7 @@ files_dir.install()
 upload_check.install()
 upload_limit.install(MAX_UPLOAD_BYTES)
 served_files.install()
-origins.install(SETTINGS.allowed_origin_list)
+origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
 
 

@@ -36,8 +36,10 @@ def socket_origin_check(allowed: list[str]):
     return allowed_origin
 
 
-def install(allowed: list[str]) -> None:
-    """Call at import time of the app, before Chainlit's middleware stack is built."""
+def install(allowed_origins: str) -> None:
+    """Call at import time of the app, before Chainlit's middleware stack is built;
+    ``allowed_origins`` is ERNIE_ALLOWED_ORIGINS, checked and in lower case."""
+    allowed = [origin for origin in allowed_origins.split(",") if origin]
     chainlit.server.sio.eio.cors_allowed_origins = socket_origin_check(allowed)
     for middleware in chainlit.server.app.user_middleware:
         if middleware.cls is CORSMiddleware:

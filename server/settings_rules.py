@@ -18,7 +18,7 @@ from server.passwords import looks_like_broken_hash
 
 MAX_NGRAM_DRAFT_TOKENS = 16
 # What a browser sends as Origin: no path, no trailing slash.
-ORIGIN = re.compile(r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 
 
@@ -81,15 +81,15 @@ def user_pairs(value: Optional[SecretStr]) -> Optional[SecretStr]:
 
 
 def origins(value: str) -> str:
-    for origin in (o.strip() for o in value.split(",")):
-        if not origin:
-            continue
-        if origin == "*" or not ORIGIN.fullmatch(origin):
-            # "*" with cookies would let any web page act as the logged-in user.
+    """The origins, comma-separated, in lower case as browsers send them."""
+    found = [origin.strip().lower() for origin in value.split(",") if origin.strip()]
+    for origin in found:
+        if not ORIGIN.fullmatch(origin):
+            # A wildcard with cookies would let any web page act as the logged-in user.
             raise ValueError(f"{origin!r} is not an origin: write each as scheme://host or "
                              "scheme://host:port, without a path or a wildcard "
                              "(e.g. https://intranet.example.com)")
-    return value
+    return ",".join(found)
 
 
 def ngram_draft_tokens(value: object) -> object:
