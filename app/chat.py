@@ -25,8 +25,9 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, export, files_dir, live_view, login, origins, regenerate, saved_chats,
-                 served_files, server_info, session_tasks, token_count, upload_check, upload_limit)
+from app import (boot_cookie, export, files_dir, live_view, login, origins, page_policy, regenerate,
+                 saved_chats, served_files, server_info, session_tasks, token_count, upload_check,
+                 upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -73,6 +74,7 @@ files_dir.install()
 upload_check.install()
 upload_limit.install(MAX_UPLOAD_BYTES)
 served_files.install()
+page_policy.install()
 origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
 

@@ -1,11 +1,13 @@
 """Attacks through the chat's pages, in a real Chromium against the real engine (demo model).
 
-A PDF bomb attached in the chat (app/pdf_reader.py) and an uploaded HTML page opened
-from its link (app/served_files.py).  Each time the chat must keep working.
+A PDF bomb attached in the chat (app/pdf_reader.py), an uploaded HTML page opened
+from its link (app/served_files.py), and a markdown image that would carry the chat
+to another server (app/page_policy.py).  Each time the chat must keep working.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -54,6 +56,41 @@ def listening_server():
         yield f"http://127.0.0.1:{server.server_port}", asked
     finally:
         server.shutdown()
+
+
+def csp_violations(page) -> list[str]:
+    found: list[str] = []
+    page.on("console", lambda m: found.append(m.text) if "Content Security Policy" in m.text else None)
+    return found
+
+
+def test_a_markdown_image_cannot_carry_the_chat_to_another_server(page_factory, guarded_app):
+    with listening_server() as (attacker, asked):
+        page = open_chat(page_factory, guarded_app)
+        violations = csp_violations(page)
+        send(page, f"Summarise this. ![x]({attacker}/pixel.png?leak=1)")
+        finished_replies(page, 1)  # the chat still streams its reply
+        page.wait_for_timeout(1000)
+        assert asked == [], f"the browser fetched {asked} from the attacker's server"
+    assert violations and all("img-src" in v for v in violations), violations
+
+
+def test_the_chat_and_the_live_page_run_under_the_policy_without_violations(page_factory, guarded_app):
+    page = open_chat(page_factory, guarded_app)
+    violations = csp_violations(page)
+    headers = httpx.get(guarded_app.app_url).headers
+    assert "img-src 'self' data: blob:" in headers["content-security-policy"]
+    page.locator("#chat-settings-open-modal").click()  # the settings panel
+    page.locator("#seed").fill("7")
+    page.get_by_role("button", name=re.compile("Confirm")).click()
+    send_with_files(page, "Summarise this.", [("notes.md", "text/markdown", b"# Notes\n- one\n")])
+    finished_replies(page, 1)
+    live = page.context.new_page()
+    live_violations = csp_violations(live)
+    live.goto(f"{guarded_app.app_url}/live")
+    live.wait_for_function("document.querySelector('#chats').dataset.value >= 1", timeout=20_000)
+    live.wait_for_timeout(2500)  # a few of its updates
+    assert violations == [] and live_violations == []
 
 
 def test_an_uploaded_html_page_does_not_run_when_its_link_is_opened(page_factory, guarded_app):
