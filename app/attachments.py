@@ -2,22 +2,23 @@
 
 The model reads text only, so a file is accepted when it is text (UTF-8, or one of
 the two legacy encodings our users most often have: GBK/GB18030 and Windows-1252,
-named in the chat when assumed) or a PDF with a text layer (pypdf).  Everything
-else is refused with the file's name and the reason: an image, binary data, an
-empty file, a file over the upload limit, a scanned PDF.  Nothing here knows about
-Chainlit; the chat passes (name, MIME type, path) of each uploaded file.
+named in the chat when assumed) or a PDF with a text layer (read by pypdf in a
+child process with limits: app/pdf_reader.py).  Everything else is refused with the
+file's name and the reason: an image, binary data, an empty file, a file over the
+upload limit, a scanned PDF, a PDF past the reader's limits.  Nothing here knows
+about Chainlit; the chat passes (name, MIME type, path) of each uploaded file.
 """
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import filetype
-import pypdf
 from charset_normalizer import from_bytes
+
+from app.pdf_reader import PdfLimits, Unreadable, page_texts
 
 # Byte-order marks name their encoding; "utf-8-sig" drops the mark.
 BOMS = [(b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
@@ -50,7 +51,7 @@ class Refused(Exception):
     values: dict = field(default_factory=dict)
 
 
-def read_attachment(name: str, mime: str, data: bytes, max_bytes: int) -> Attachment:
+def read_attachment(name: str, mime: str, data: bytes, max_bytes: int, pdf: PdfLimits) -> Attachment:
     """The text of one uploaded file; raises :class:`Refused` with the reason."""
     check_size(name, len(data), max_bytes)
     if not data.strip():
@@ -59,7 +60,7 @@ def read_attachment(name: str, mime: str, data: bytes, max_bytes: int) -> Attach
     if mime.startswith("image/") or sniffed.startswith("image/"):
         raise Refused(name, "file_image")
     if sniffed == "application/pdf" or mime == "application/pdf" or name.lower().endswith(".pdf"):
-        return Attachment(name, pdf_text(name, data), "pdf")
+        return Attachment(name, pdf_text(name, data, pdf), "pdf")
     text, encoding = decode(name, data, known_binary=bool(sniffed))
     return Attachment(name, text, encoding)
 
@@ -94,22 +95,19 @@ def checked_text(name: str, text: str) -> str:
     return text
 
 
-def pdf_text(name: str, data: bytes) -> str:
+def pdf_text(name: str, data: bytes, limits: PdfLimits) -> str:
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            reader.decrypt("")  # many PDFs are "encrypted" with an empty user password
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except Exception as exc:  # pypdf raises many kinds for damaged or locked files
-        raise Refused(name, "pdf_unreadable", {"detail": str(exc)[:120] or type(exc).__name__}) from None
+        pages = page_texts(data, limits)
+    except Unreadable as problem:
+        raise Refused(name, problem.reason, problem.values) from None
     text = "\n\n".join(p.strip() for p in pages if p.strip())
     if not text:
         raise Refused(name, "pdf_no_text", {"pages": len(pages)})
     return text
 
 
-def read_files(files: list[tuple[str, str, Path]], max_bytes: int,
-               max_files: int) -> tuple[list[Attachment], list[Refused]]:
+def read_files(files: list[tuple[str, str, Path]], max_bytes: int, max_files: int,
+               pdf: PdfLimits) -> tuple[list[Attachment], list[Refused]]:
     """Read every (name, MIME type, path); the refusals name each bad file."""
     if len(files) > max_files:
         return [], [Refused(", ".join(name for name, _, _ in files), "too_many_files", {"limit": max_files})]
@@ -117,7 +115,7 @@ def read_files(files: list[tuple[str, str, Path]], max_bytes: int,
     for name, mime, path in files:
         try:
             check_size(name, path.stat().st_size, max_bytes)  # before reading a huge file
-            read.append(read_attachment(name, mime, path.read_bytes(), max_bytes))
+            read.append(read_attachment(name, mime, path.read_bytes(), max_bytes, pdf))
         except Refused as problem:
             refused.append(problem)
     return read, refused

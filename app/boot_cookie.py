@@ -16,6 +16,8 @@ import secrets
 from http.cookies import SimpleCookie
 from typing import Optional
 
+from app.asgi_headers import add_to_html
+
 COOKIE = "ernie_app_boot"
 BOOT_ID = secrets.token_hex(8)
 
@@ -47,15 +49,7 @@ class BootCookie:
         if scope["type"] != "http" or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
-
-        async def with_cookie(message):
-            if message["type"] == "http.response.start":
-                headers = dict(message.get("headers") or ())
-                if headers.get(b"content-type", b"").startswith(b"text/html"):
-                    message = {**message, "headers": [*message.get("headers", ()),
-                                                      (b"set-cookie", page_cookie_header())]}
-            await send(message)
-        await self.app(scope, receive, with_cookie)
+        await self.app(scope, receive, add_to_html(send, b"set-cookie", page_cookie_header()))
 
 
 def install() -> None:

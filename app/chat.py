@@ -25,12 +25,14 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, export, files_dir, live_view, login, regenerate, saved_chats,
-                 server_info, session_guard, session_tasks, token_count, upload_check)
+from app import (boot_cookie, export, files_dir, live_view, login, origins, page_policy, regenerate,
+                 saved_chats, served_files, server_info, session_guard, session_tasks, token_count,
+                 upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
+from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
 from app.single_flight import SingleFlight
@@ -65,9 +67,16 @@ CHAINLIT_STOP_MESSAGE = "Task manually stopped."
 # [features.spontaneous_file_upload] in .chainlit/config.toml; the server counts MiB.
 UPLOADS = chainlit_config.features.spontaneous_file_upload
 MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
+# A PDF's text is capped at the upload limit too: more could never fit a prompt.
+PDF_LIMITS = PdfLimits(SETTINGS.pdf_max_pages, SETTINGS.pdf_memory_mb, SETTINGS.pdf_timeout_s,
+                       MAX_UPLOAD_BYTES)
 files_dir.install()
 session_guard.install()
 upload_check.install()
+upload_limit.install(MAX_UPLOAD_BYTES)
+served_files.install()
+page_policy.install()
+origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
 
 
@@ -213,7 +222,8 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
     if not files:
         return message.content
-    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES, UPLOADS.max_files)
+    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
+                                             UPLOADS.max_files, PDF_LIMITS)
     if refused:
         await show_error(refusal(lang(), refused))
         return None

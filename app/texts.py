@@ -73,6 +73,18 @@ TEXTS: dict[str, dict[str, str]] = {
         "pdf_no_text": "**{name}** has no text layer ({pages} page(s), e.g. a scan): run OCR on it or "
                        "paste its text.",
         "pdf_unreadable": "**{name}** could not be read as a PDF ({detail}).",
+        "pdf_too_many_pages": "**{name}** has {pages} pages; a PDF may have at most {limit}: "
+                              "attach the pages that matter.",
+        "pdf_too_slow": "**{name}** took longer than {seconds} s to read (a PDF built to be slow to "
+                        "parse, or a very complex one): attach the pages that matter, or paste "
+                        "their text.",
+        "pdf_too_much_memory": "**{name}** needs more than {limit_mb} MB of memory to read (a PDF "
+                               "that unpacks to huge streams, or a damaged one): attach the pages "
+                               "that matter, or paste their text.",
+        "pdf_too_much_text": "**{name}** holds more than {limit_mb} MB of text, more than a message "
+                             "can take: attach the pages that matter.",
+        "upload_too_big": "This upload is larger than {limit_mb} MB, the most one file may have: "
+                          "attach a smaller file, or the part that matters.",
         "too_many_files": "{name}: at most {limit} files per message.",
         "file_decoded": "ℹ️ **{name}** is not UTF-8; it was read as {encoding}. If the reply shows "
                         "garbled text, save the file as UTF-8.",
@@ -153,6 +165,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "file_encoding": "**{name}** 既不是 UTF-8，也不是 GBK/GB18030 或 Windows-1252 文本：请另存为 UTF-8 后重新附加。",
         "pdf_no_text": "**{name}** 没有文字层（{pages} 页，例如扫描件）：请先做 OCR 识别，或直接粘贴其文字。",
         "pdf_unreadable": "**{name}** 无法作为 PDF 读取（{detail}）。",
+        "pdf_too_many_pages": "**{name}** 有 {pages} 页；PDF 最多 {limit} 页：请只附加需要的页面。",
+        "pdf_too_slow": "**{name}** 读取超过 {seconds} 秒（故意构造得难以解析的 PDF，或非常复杂的 PDF）："
+                        "请只附加需要的页面，或直接粘贴其文字。",
+        "pdf_too_much_memory": "**{name}** 读取需要超过 {limit_mb} MB 内存（解压后极大的 PDF，或已损坏的 PDF）："
+                               "请只附加需要的页面，或直接粘贴其文字。",
+        "pdf_too_much_text": "**{name}** 含有超过 {limit_mb} MB 的文字，超出一条消息能容纳的量：请只附加需要的页面。",
+        "upload_too_big": "本次上传超过 {limit_mb} MB，即单个文件的上限：请附加更小的文件，或只附加需要的部分。",
         "too_many_files": "{name}：每条消息最多 {limit} 个文件。",
         "file_decoded": "ℹ️ **{name}** 不是 UTF-8 编码；已按 {encoding} 读取。如果回复中出现乱码，请将文件另存为 UTF-8。",
         "too_long_files": "您的消息连同附加文件共 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请减少附加的文字或分段发送。",

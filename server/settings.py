@@ -304,6 +304,15 @@ class Settings(BaseSettings):
         "(ERNIE_ENGINE_URL).",
     )
 
+    allowed_origins: Annotated[str, AfterValidator(rules.origins)] = Field(
+        "", description="Other web origins (scheme://host:port, comma-separated) whose pages may use "
+        "the chat with the user's cookies (CORS, its socket). Empty: only the chat's own origin.")
+    pdf_max_pages: int = Field(300, ge=1, description="An attached PDF with more pages is refused unread.")
+    pdf_memory_mb: int = Field(512, ge=128, description="Memory (MiB) of the child process that reads "
+                               "an attached PDF; a PDF that needs more is refused.")
+    pdf_timeout_s: float = Field(20, gt=0, description="Seconds the child process may take to read an "
+                                 "attached PDF; a slower one is stopped and refused.")
+
     @model_validator(mode="after")
     def _settings_agree(self) -> "Settings":
         if problems := rules.disagreements(self):
@@ -360,15 +369,8 @@ class Settings(BaseSettings):
 
     def as_env(self) -> dict[str, str]:
         """These settings as ERNIE_* variables, so a child process sees exactly these values."""
-        env = {}
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, SecretStr):
-                value = value.get_secret_value()
-            env[env_name(name)] = str(value).lower() if isinstance(value, bool) else str(value)
-        return env
+        return {env_name(name): settings_text.env_value(getattr(self, name))
+                for name in type(self).model_fields if getattr(self, name) is not None}
 
 
 # chat_db: a PostgreSQL URL carries a password.
@@ -382,11 +384,8 @@ def auth_headers(api_key: Optional[str]) -> dict:
 
 def load_settings(**overrides) -> Settings:
     """Load and validate settings, turning pydantic's errors into a readable message."""
-    env_file = Path(Settings.model_config["env_file"])
-    if problems := settings_text.env_file_problems(env_file):
-        raise SettingsError(f"{env_file.resolve()} has lines that are not settings:\n"
-                            + "\n".join(problems)
-                            + "\nWrite each as ERNIE_NAME=value (or start it with # to keep it as a note).")
+    if report := settings_text.env_file_report(Path(Settings.model_config["env_file"])):
+        raise SettingsError(report)
     try:
         return Settings(**overrides)
     except ValidationError as exc:

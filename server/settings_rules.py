@@ -8,6 +8,7 @@ each is tested with the values a user would type.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Optional
 
@@ -16,6 +17,8 @@ from pydantic import SecretStr
 from server.passwords import looks_like_broken_hash
 
 MAX_NGRAM_DRAFT_TOKENS = 16
+# What a browser sends as Origin: no path, no trailing slash.
+ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 
 
@@ -75,6 +78,18 @@ def user_pairs(value: Optional[SecretStr]) -> Optional[SecretStr]:
                              "`ernie-chat hash-password` printed, in single quotes in a shell "
                              "(double quotes let the shell eat the $ parts)")
     return value
+
+
+def origins(value: str) -> str:
+    """The origins, comma-separated, in lower case as browsers send them."""
+    found = [origin.strip().lower() for origin in value.split(",") if origin.strip()]
+    for origin in found:
+        if not ORIGIN.fullmatch(origin):
+            # A wildcard with cookies would let any web page act as the logged-in user.
+            raise ValueError(f"{origin!r} is not an origin: write each as scheme://host or "
+                             "scheme://host:port, without a path or a wildcard "
+                             "(e.g. https://intranet.example.com)")
+    return ",".join(found)
 
 
 def ngram_draft_tokens(value: object) -> object:

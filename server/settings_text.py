@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 ENV_PREFIX = "ERNIE_"
 _ENV_LINE = re.compile(r"^\s*(export\s+)?[A-Za-z_][A-Za-z0-9_]*\s*=")
@@ -35,6 +35,21 @@ def describe_errors(exc: ValidationError, fields: dict, secret_fields: set[str])
             lines.append(f"      ({described.description})")
     lines.append("Fix the value in .env or the environment; .env.example lists every setting.")
     return "\n".join(lines)
+
+
+def env_value(value) -> str:
+    """A setting's value as its ERNIE_* variable holds it (secrets in clear: for a child's env)."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def env_file_report(path: Path) -> str:
+    """What is wrong with a .env file, for the person who wrote it; empty when nothing is."""
+    if not (problems := env_file_problems(path)):
+        return ""
+    return (f"{path.resolve()} has lines that are not settings:\n" + "\n".join(problems)
+            + "\nWrite each as ERNIE_NAME=value (or start it with # to keep it as a note).")
 
 
 def env_file_problems(path: Path) -> list[str]:

@@ -11,15 +11,25 @@ import struct
 import zlib
 
 PDF_TEXT = "The quarterly report says revenue grew 12 percent."
+HELVETICA = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
 
-def pdf(page_resources: str, content: bytes, extra_objects: list[bytes] = ()) -> bytes:
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               + f"/Resources {page_resources} >>".encode(),
-               b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
-               *extra_objects]
+def pdf(page_resources: str, content: bytes, extra_objects: list[bytes] = (),
+        stream_filter: str = "") -> bytes:
+    return assemble([b"<< /Type /Catalog /Pages 2 0 R >>",
+                     b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                     + f"/Resources {page_resources} >>".encode(),
+                     stream(content, stream_filter), *extra_objects])
+
+
+def stream(content: bytes, stream_filter: str = "") -> bytes:
+    return (f"<< /Length {len(content)} {stream_filter} >>\nstream\n".encode() + content
+            + b"\nendstream")
+
+
+def assemble(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1, the catalog first), with its exact xref table."""
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))
@@ -32,8 +42,7 @@ def pdf(page_resources: str, content: bytes, extra_objects: list[bytes] = ()) ->
 
 
 def pdf_with_text(line: str = PDF_TEXT) -> bytes:
-    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
-    return pdf("<< /Font << /F1 5 0 R >> >>", b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % line.encode(), [font])
+    return pdf("<< /Font << /F1 5 0 R >> >>", b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % line.encode(), [HELVETICA])
 
 
 def scanned_pdf() -> bytes:
@@ -42,6 +51,26 @@ def scanned_pdf() -> bytes:
     image = (b"<< /Type /XObject /Subtype /Image /Width 8 /Height 8 /ColorSpace /DeviceGray "
              b"/BitsPerComponent 8 /Length %d >>\nstream\n" % len(pixels) + pixels + b"\nendstream")
     return pdf("<< /XObject << /Im1 5 0 R >> >>", b"q 400 0 0 400 100 300 cm /Im1 Do Q", [image])
+
+
+def pdf_of_pages(count: int) -> bytes:
+    """A small file with ``count`` pages (objects 5 on), all showing one shared line of text."""
+    kids = " ".join(f"{5 + i} 0 R" for i in range(count))
+    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+            b"/Resources << /Font << /F1 4 0 R >> >> >>")
+    return assemble([b"<< /Type /Catalog /Pages 2 0 R >>",
+                     f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode(),
+                     stream(b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % PDF_TEXT.encode()),
+                     HELVETICA, *[page] * count])
+
+
+def inflating_pdf(unpacked_mb: int = 70) -> bytes:
+    """A PDF bomb: one page whose compressed text (well under 1 MB) unpacks to ``unpacked_mb`` MB
+    of text operators, under pypdf's own 75 MB limit per stream; pypdf needs about 4 s and 50 MB
+    of memory per unpacked MB to extract it (minutes and gigabytes for 70)."""
+    operators = b"BT /F1 12 Tf 72 720 Td\n" + b"(x) Tj\n" * (unpacked_mb * 2**20 // 7) + b"ET"
+    return pdf("<< /Font << /F1 5 0 R >> >>", zlib.compress(operators, 9), [HELVETICA],
+               stream_filter="/Filter /FlateDecode")
 
 
 def png(width: int = 4, height: int = 4) -> bytes:

@@ -9,15 +9,17 @@ from __future__ import annotations
 import pytest
 
 from app.attachments import Attachment, Refused, prompt_with, read_attachment, read_files
+from app.pdf_reader import PdfLimits
 from app.texts import refusal
 from tests import sample_files as files
 
 MB = 2**20
 LIMIT = 10 * MB
+PDF = PdfLimits(max_pages=300, memory_mb=512, timeout_s=20, max_text_chars=LIMIT)
 
 
 def read(name: str, data: bytes, mime: str = "") -> Attachment:
-    return read_attachment(name, mime, data, LIMIT)
+    return read_attachment(name, mime, data, LIMIT, PDF)
 
 
 def refused(name: str, data: bytes, mime: str = "") -> Refused:
@@ -113,7 +115,7 @@ def test_read_files_refuses_a_huge_file_without_reading_it(tmp_path):
     small = tmp_path / "small.txt"
     small.write_text("fine")
     read, problems = read_files([("big.csv", "text/csv", big), ("small.txt", "text/plain", small)],
-                                LIMIT, max_files=5)
+                                LIMIT, max_files=5, pdf=PDF)
     assert [a.name for a in read] == ["small.txt"]
     assert [(p.name, p.reason, p.values["size_mb"]) for p in problems] == [("big.csv", "file_too_big", "47.7")]
     message = refusal("en", problems)
@@ -125,7 +127,7 @@ def test_read_files_refuses_more_files_than_allowed(tmp_path):
     for i in range(3):
         (tmp_path / f"{i}.txt").write_text(str(i))
         paths.append((f"{i}.txt", "text/plain", tmp_path / f"{i}.txt"))
-    read, problems = read_files(paths, LIMIT, max_files=2)
+    read, problems = read_files(paths, LIMIT, max_files=2, pdf=PDF)
     assert read == [] and problems[0].reason == "too_many_files"
     assert "at most 2 files" in refusal("en", problems)
 

@@ -131,6 +131,18 @@ def test_engine_url_is_normalised_to_the_server_root(monkeypatch, value):
     assert s.starts_engine is False
 
 
+@pytest.mark.parametrize("value", ["*", "https://intranet.example/chat", "intranet.example"])
+def test_allowed_origins_must_be_origins_without_a_wildcard(monkeypatch, value):
+    message = error_for(monkeypatch, "ERNIE_ALLOWED_ORIGINS", f"https://ok.example,{value}")
+    assert f"{value!r} is not an origin" in message and "scheme://host:port" in message
+
+
+def test_allowed_origins_are_kept_in_lower_case_and_empty_by_default(monkeypatch):
+    assert load_settings().allowed_origins == ""
+    monkeypatch.setenv("ERNIE_ALLOWED_ORIGINS", "https://Intranet.example, http://[::1]:8080,")
+    assert load_settings().allowed_origins == "https://intranet.example,http://[::1]:8080"
+
+
 def test_empty_engine_url_means_start_the_engine_here(monkeypatch):
     monkeypatch.setenv("ERNIE_ENGINE_URL", "")
     assert load_settings().starts_engine is True
