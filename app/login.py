@@ -27,7 +27,8 @@ from typing import Optional
 import chainlit as cl
 from chainlit.auth.jwt import get_jwt_secret
 
-from app import device_cookie
+from app import auth_sessions, device_cookie
+from app.auth_sessions import Sessions
 from app.device_cookie import DeviceCookies
 from app.login_throttle import LoginThrottle, Policies
 from app.texts import lang_of, text
@@ -95,7 +96,7 @@ class LoginGuard:
         return wrapped
 
 
-def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookies):
+def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookies, sessions: Sessions):
     users = settings.user_passwords
 
     async def password_auth(username: str, password: str) -> Optional[cl.User]:
@@ -115,7 +116,7 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
             return None
         await throttle.succeeded(plan)
         attempt.new_device_cookie = cookies.make(name, device)
-        return cl.User(identifier=name, metadata={"provider": "password"})
+        return cl.User(identifier=name, metadata=sessions.user_metadata(name))
     return password_auth
 
 
@@ -128,8 +129,10 @@ def install(settings: Settings) -> None:
     # Unset, Chainlit refuses to start right after this import (ensure_jwt_secret).
     secret = get_jwt_secret() or ""
     store = open_store(settings.chat_db, settings.auth_db)
+    sessions = Sessions(store, settings.user_passwords, secret)
     cookies = DeviceCookies(secret)
     policies = Policies.from_delays(settings.login_delay_base_s, settings.login_delay_max_s,
                                     settings.login_delay_half_life_s)
     app.add_middleware(LoginGuard, cookies=cookies)
-    cl.password_auth_callback(make_auth(settings, LoginThrottle(store, policies), cookies))
+    auth_sessions.install(sessions, settings.session_lifetime_s)
+    cl.password_auth_callback(make_auth(settings, LoginThrottle(store, policies), cookies, sessions))

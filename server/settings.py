@@ -275,7 +275,9 @@ class Settings(BaseSettings):
         "many seconds. A success clears only that user's own count there, never an address's.")
     auth_db: Path = Field(
         Path("data/auth.db"), description="SQLite file (mode 0600) the app workers share for login "
-        "counts, kept across restarts; with a PostgreSQL ERNIE_CHAT_DB, that instead.")
+        "counts and sign-outs, kept across restarts; with a PostgreSQL ERNIE_CHAT_DB, that instead.")
+    session_lifetime_s: int = Field(15 * 24 * 3600, ge=60, description="How long a login lasts unless "
+        "ended: logout, a new password or removal in ERNIE_USERS, `ernie-chat revoke-sessions NAME`.")
     context_window: Optional[int] = Field(
         None, gt=0, description="Context window (tokens) of an OpenAI-compatible server that does "
         "not report one (vLLM and llama.cpp do); unset: ERNIE_MAX_MODEL_LEN.",
