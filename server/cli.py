@@ -44,6 +44,31 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_revoke_sessions(args: argparse.Namespace) -> int:
+    """Sign a user out everywhere: each login of theirs made until now stops working."""
+    import asyncio
+    import time
+
+    from server.auth_store import open_store
+    settings = load_settings()
+    store = open_store(settings.chat_db, settings.auth_db)
+    now = time.time()
+
+    async def sign_out() -> None:
+        try:
+            await store.sign_out(args.name, now)
+        finally:
+            await store.close()
+    asyncio.run(sign_out())
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
+    print(f"Signed {args.name} out everywhere: every login of {args.name} made until {when} is "
+          f"refused at its next request or reconnect (recorded in {store.where}). Logging in again works.")
+    if args.name not in settings.user_passwords:
+        print(f"Note: {args.name} is not in ERNIE_USERS, so none of its logins worked anyway; "
+              "they now stay refused if the name is added back.", file=sys.stderr)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from server.stack import doctor
     from server.stack.vllm_log import read_tail
@@ -161,6 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "line of stdin in a script, and prints its bcrypt hash.")
     hashing.add_argument("--user", help="print NAME:HASH, ready for ERNIE_USERS")
     hashing.set_defaults(func=cmd_hash_password)
+
+    revoke = sub.add_parser("revoke-sessions", help="sign a user out on every browser and worker",
+                            description="Every login of NAME made until now is refused from its next "
+                            "request or reconnect on (logins are kept in ERNIE_AUTH_DB, or in the "
+                            "chat database when ERNIE_CHAT_DB is PostgreSQL). To lock NAME out for "
+                            "good, also remove it from ERNIE_USERS.")
+    revoke.add_argument("name", metavar="NAME", help="the user name, as in ERNIE_USERS")
+    revoke.set_defaults(func=cmd_revoke_sessions)
 
     show = sub.add_parser("settings", help="show the effective settings and vLLM command")
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")

@@ -265,17 +265,19 @@ class Settings(BaseSettings):
         "shell); a plain password works but every start warns about it.",
     )
     login_delay_base_s: float = Field(
-        1.0, gt=0, description="Wait before the next login attempt after the 3rd failure in a row "
-        "for one user or one address; it doubles with each further failure.",
-    )
+        1.0, gt=0, description="Wait before the next login attempt once a key (a user from one address "
+        "or device; an address) used its free failures; it doubles with each further failure.")
     login_delay_max_s: float = Field(
-        30.0, gt=0, description="The longest wait between two login attempts (for one user or one "
-        "address): the most a real user is held up while someone guesses.",
-    )
+        30.0, gt=0, description="Longest wait between two login attempts on one key; past a queue this "
+        "long they get 429. A user's known browser is never held up by guessing elsewhere.")
     login_delay_half_life_s: float = Field(
-        600.0, gt=0, description="Failed logins are forgotten gradually: their count halves every "
-        "this many seconds; a successful login clears it at once.",
-    )
+        600.0, gt=0, description="Failed logins are forgotten gradually: their count halves every this "
+        "many seconds. A success clears only that user's own count there, never an address's.")
+    auth_db: Path = Field(
+        Path("data/auth.db"), description="SQLite file (mode 0600) the app workers share for login "
+        "counts and sign-outs, kept across restarts; with a PostgreSQL ERNIE_CHAT_DB, that instead.")
+    session_lifetime_s: int = Field(15 * 24 * 3600, ge=60, description="How long a login lasts unless "
+        "ended: logout, a new password or removal in ERNIE_USERS, `ernie-chat revoke-sessions NAME`.")
     context_window: Optional[int] = Field(
         None, gt=0, description="Context window (tokens) of an OpenAI-compatible server that does "
         "not report one (vLLM and llama.cpp do); unset: ERNIE_MAX_MODEL_LEN.",

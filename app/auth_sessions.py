@@ -1,0 +1,166 @@
+"""Login sessions that can be ended: logout, removed users, changed passwords, sign-out.
+
+Works around Chainlit 2.12, whose login token (a JWT, ``chainlit/auth/jwt.py``) is
+valid until it expires, whatever happens meanwhile: ``/logout`` only drops the
+browser's cookie (a copy of the token keeps working), ``/auth/jwt`` renews any valid
+token, and a user removed from ERNIE_USERS or given a new password keeps the access
+they had.  Drop this module when Chainlit can revoke tokens itself.
+
+What it adds, with the state in the shared store (``server/auth_store.py``), so that
+every worker agrees and a restart forgets nothing:
+
+- a logout revokes its token (its hash is kept until the token would expire);
+- every authenticated request and websocket connect checks that the token is not
+  revoked, was issued after its user was last signed out everywhere (``ernie-chat
+  revoke-sessions NAME``), that its user is still in ERNIE_USERS, and that their
+  password has not changed since: a password login's token carries a keyed
+  fingerprint of the stored secret (``fingerprint``), compared with the current one;
+- ``/auth/jwt`` refuses to renew a token that fails those checks;
+- its lifetime is ERNIE_SESSION_LIFETIME_S.
+
+How: FastAPI's ``dependency_overrides`` replaces ``chainlit.auth.get_current_user``
+for every route that asks for the user (``UserParam``, and ``app/live_view.py``);
+``chainlit.socket`` imported the function by name, so its binding is replaced too.
+A websocket already open when its token is revoked stays open until it reconnects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from typing import Optional
+
+import chainlit as cl
+import jwt as pyjwt
+from chainlit.auth import get_current_user, reuseable_oauth
+from chainlit.auth.cookie import get_token_from_cookies
+from fastapi import Depends, HTTPException, Request, Response
+from fastapi.security.utils import get_authorization_scheme_param
+
+from server.auth_store import AuthStore
+
+log = logging.getLogger(__name__)
+
+PROVIDER = "password"  # the metadata of a password login's token
+_PURPOSE = b"ernie-chat password fingerprint"
+
+
+def fingerprint(auth_secret: str, stored_secret: str) -> str:
+    """A keyed digest of a user's stored secret (hash): changes when the password does, and
+    tells nothing about it to whoever reads a token."""
+    key = hmac.new(auth_secret.encode(), _PURPOSE, hashlib.sha256).digest()
+    return hmac.new(key, stored_secret.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Sessions:
+    """The checks, over the store, ERNIE_USERS and the secret that signs the tokens."""
+
+    def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str):
+        self.store, self.users, self.auth_secret = store, users, auth_secret
+
+    def user_metadata(self, name: str) -> dict:
+        """What a password login puts in its token.  The random id makes each login's token
+        unique: two logins of one user in one second would otherwise get the same token,
+        and a logout of the one would revoke the other."""
+        return {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
+                "login": secrets.token_hex(8)}
+
+    def claims(self, token: Optional[str]) -> Optional[dict]:
+        """The token's claims when Chainlit's own checks (signature, expiry) pass, else None."""
+        try:
+            return pyjwt.decode(token or "", self.auth_secret, algorithms=["HS256"])
+        except pyjwt.InvalidTokenError:
+            return None
+
+    async def refusal(self, token: str, claims: dict) -> Optional[str]:
+        """Why this valid token may no longer be used (for the log), or None."""
+        name = claims.get("identifier", "")
+        revoked, signed_out_at = await self.store.session_marks(token_digest(token), name)
+        if revoked:
+            return "logged out"
+        # iat is whole seconds, rounded down: a token of the same second is refused.
+        if signed_out_at is not None and claims.get("iat", 0) <= signed_out_at:
+            return "signed out everywhere"
+        metadata = claims.get("metadata") or {}
+        if metadata.get("provider") == PROVIDER:
+            stored = self.users.get(name)
+            if stored is None:
+                return "no longer in ERNIE_USERS"
+            if not hmac.compare_digest(str(metadata.get("key", "")), fingerprint(self.auth_secret, stored)):
+                return "password changed"
+        return None
+
+    async def usable(self, token: Optional[str]) -> bool:
+        """False for a valid token that was revoked or went stale; True otherwise (an
+        invalid token is Chainlit's to refuse)."""
+        claims = self.claims(token)
+        if claims is None:
+            return True
+        if reason := await self.refusal(token, claims):
+            log.warning("refused the session of %r: %s", str(claims.get("identifier"))[:64], reason)
+            return False
+        return True
+
+    async def revoke(self, token: Optional[str]) -> None:
+        if (claims := self.claims(token)) is not None:
+            await self.store.revoke_token(token_digest(token), float(claims["exp"]), time.time())
+
+
+def _bearer(headers) -> Optional[str]:
+    scheme, token = get_authorization_scheme_param(headers.get("authorization"))
+    return token if scheme.lower() == "bearer" else None
+
+
+class RenewalGuard:
+    """Pure ASGI middleware: ``POST /auth/jwt`` with a revoked or stale token gets 401."""
+
+    def __init__(self, app, sessions: Sessions):
+        self.app, self.sessions = app, sessions
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/auth/jwt":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            if not await self.sessions.usable(_bearer(headers)):
+                body = json.dumps({"detail": "Invalid token"}).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def install(sessions: Sessions, lifetime_s: float) -> None:
+    """Check every token's session; call at import time of the Chainlit app, with login on."""
+    import chainlit.socket
+    from chainlit.config import config
+    from chainlit.server import app
+
+    config.project.user_session_timeout = int(lifetime_s)  # read by create_jwt and the cookie
+
+    async def checked_user(token: str = Depends(reuseable_oauth)):
+        user = await get_current_user(token)
+        if user is not None and not await sessions.usable(token):
+            raise HTTPException(status_code=401, detail="Invalid authentication token")
+        return user
+
+    async def socket_user(token: str):
+        user = await get_current_user(token=token)
+        return user if user is not None and await sessions.usable(token) else None
+
+    app.dependency_overrides[get_current_user] = checked_user
+    chainlit.socket.get_current_user = socket_user
+    app.add_middleware(RenewalGuard, sessions=sessions)
+
+    @cl.on_logout
+    async def revoke_on_logout(request: Request, response: Response) -> dict:
+        await sessions.revoke(get_token_from_cookies(request.cookies) or _bearer(request.headers))
+        return {"success": True}
