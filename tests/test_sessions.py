@@ -19,7 +19,7 @@ import httpx
 import jwt
 import pytest
 
-from server.loadtest.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from server.passwords import hash_password
 from server.paths import ROOT
 from server.stack.processes import free_port
