@@ -21,14 +21,16 @@ from server.stack.supervisor import Stack
 
 # Fixtures that start real processes (vLLM, a Chainlit app, PostgreSQL, HAProxy, Chromium,
 # another server) or reach a registry: a test that uses one, even through another fixture, is
-# in the full tier only.  `./scripts/test --quick` runs the rest (README, "Tests").
+# in the full tier only.  `./scripts/test --quick` runs the rest (README, "Tests"); a test that
+# starts a process through a fixture not named here is skipped there by `_quick_tier_guard`.
 ENGINE_FIXTURES = {"engine", "engine_python", "demo_model"}
 NETWORK_FIXTURES = {"pypi", "app_envs"}
 PROCESS_FIXTURES = {
     "chat_app", "saved_chats_app", "app_without_engine", "short_app", "showcase_app",
-    "short_replies_app", "login_app", "app_on_plain_server", "app_with_login", "chat_on_plain_server",
-    "chat_on_transformers", "transformers_server", "plain_server", "llamacpp_server", "database",
-    "stack", "browser", "page_factory", "stand_in_index", "fresh_box", "scripted", "listening_port",
+    "short_replies_app", "login_app", "balanced_login_app", "app_on_plain_server", "app_with_login",
+    "chat_on_plain_server", "chat_on_transformers", "transformers_server", "plain_server",
+    "llamacpp_server", "database", "stack", "browser", "page_factory", "stand_in_index", "fresh_box",
+    "scripted", "listening_port", "workers", "changed_app", "balanced_app", "guarded_app",
 }
 TIER_MARKERS = ("engine", "browser", "stack", "network")
 
@@ -50,6 +52,26 @@ def pytest_collection_modifyitems(config, items):
     quick = [i for i in items if not any(i.get_closest_marker(m) for m in TIER_MARKERS)]
     config.hook.pytest_deselected(items=[i for i in items if i not in quick])
     items[:] = quick
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quick_tier_guard(request):
+    """In the quick tier, whatever starts one of the stack's processes or PostgreSQL skips its test."""
+    if not request.config.getoption("--quick"):
+        yield
+        return
+    from server.stack.processes import ManagedProcess
+    from tests import postgres
+
+    def refuse(what):
+        def skip(*args, **kwargs):
+            pytest.skip(f"the quick tier starts no {what}: mark the fixture in tests/conftest.py")
+        return skip
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ManagedProcess, "start", refuse("process of the stack"))
+    patch.setattr(postgres, "start", refuse("PostgreSQL"))
+    yield
+    patch.undo()
 
 
 # Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo
