@@ -1,4 +1,4 @@
-"""Issue #14's chat features in a real Chromium against the real engine (demo model).
+"""The chat's features in a real Chromium against the real engine (demo model).
 
 Regenerate, editing a sent message, attached files, export, a message sent the
 instant the chat opens, and the README's picture.  Stop during an edited re-run is

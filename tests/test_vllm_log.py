@@ -168,7 +168,8 @@ def test_startup_phases_of_a_real_h200_start_with_four_api_servers():
 
 
 def test_startup_phases_of_a_first_start_with_forked_api_servers():
-    """The same stack's first start on a fresh H200 (2026-12-02, fifth session), API servers
+    """The same stack's first start on a fresh H200 (2026-12-02,
+    `8e59b31:benchmarks/gpu/h200/session-1202e/fork-start/first/`), API servers
     forked: they start at once, and the 22 s before them is vLLM's probe of the model's class
     in a fresh Python (vllm_serve forks that probe since)."""
     phases = as_table(startup_phases(H200_FIRST_FORKED_LOG.read_text(encoding="utf-8").splitlines()))

@@ -4,7 +4,7 @@
         --chats 128 --turns 6 --baseline-root ../baseline-checkout --pairs 3 --out DIR [--profile]
 
 A crowd's burst queues every message on its worker's one event loop before its request
-reaches vLLM (docs/gpu-crowd.md, "seventh session"), so what a message costs the worker
+reaches vLLM (docs/performance.md, "Bursts: chats that send at the same instant"), so what a message costs the worker
 is what the later chats of a burst wait.  `bench --app-cost` counts the CPU per streamed
 token, opening the chats included; this counts the CPU per message alone: the chats are
 opened first (not measured), then every turn sends one message in each chat at once and
@@ -13,7 +13,7 @@ reads the app process's CPU (utime + stime) over it.  Replies are 4 tokens (the 
 the engine, Chainlit's steps and emits.  The first turn opens the worker's connections to
 the engine and is left out of the mean.
 
-With ``--baseline-root`` the two checkouts run in ABBA order (this one first), each time on
+With ``--baseline-root`` the two checkouts run in alternating order (A B B A, this one first), each time on
 a fresh worker, and the ratio of paired means is printed; ``--app-env`` and ``--baseline-env``
 set a variable in either worker's environment (alone, ``--baseline-env`` compares this
 checkout with itself); ``--think-s`` pauses between turns, as a reader does; ``--profile``
@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--baseline-root", type=Path)
     parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
                         help="the baseline's environment; with it alone the baseline is this checkout")
-    parser.add_argument("--pairs", type=int, default=3, help="ABBA pairs with a baseline")
+    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs with a baseline")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()

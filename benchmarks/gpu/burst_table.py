@@ -1,9 +1,11 @@
 """App against direct in bursts, and where the app's first tokens wait (crowd.sh `clients-both`).
 
-    .venv/bin/python benchmarks/gpu/burst_table.py [FOLDER]   # default: the seventh session's rounds
+    .venv/bin/python benchmarks/gpu/burst_table.py [FOLDER]   # default: session-1202g/clients-both
 
 FOLDER holds one folder per round (crowd.sh's `burst_round`): `clients-both/r1..r3`, or
-`clients-ab/1-aiohttp, 2-httpx, ...` (the eighth session's A/B of the chat's HTTP client).
+`clients-ab/1-aiohttp, 2-httpx, ...` (the chat's HTTP client, aiohttp against httpx). The
+folders are in 8e59b31:benchmarks/gpu/h200/ (extract them into the tree with `git archive`:
+docs/performance-data.md).
 
 Each round on one stack (1 copy x 4 API servers, 8 workers, 8 tokens per piece): 64 chats at once
 through the app (`qa-load --sessions 64`), 64 requests straight to vLLM sampled as the chat samples
@@ -67,7 +69,7 @@ def workers_side(round_dir: Path) -> list[float]:
 
 
 def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
-    """The 1,000-chat burst on one clock (since the eighth session's stamps): each chat's
+    """The 1,000-chat burst on one clock (folders from session-1203b/ on): each chat's
     message sent, reaching a worker's handler, its request to vLLM, the first token at the
     worker, the first token at the client; empty for rounds without the stamps."""
     chats = [c for c in chat_rows(round_dir / "app-chats.csv.gz") if c.get("sent_at")]
@@ -84,8 +86,8 @@ def moments(round_dir: Path) -> list[tuple[str, list[float]]]:
 
 
 def cpu_samples(round_dir: Path, name: str) -> tuple[int, list[dict]]:
-    """(the machine's cores, `cpu-during`'s samples) of one side's burst; none before the
-    ninth session."""
+    """(the machine's cores, `cpu-during`'s samples) of one side's burst; none in folders
+    before session-1203e/."""
     for path in (round_dir / f"{name}.json", round_dir / f"{name}.json.gz"):
         if path.exists():
             data = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
@@ -98,7 +100,7 @@ STEP_GROUPS = ("app workers", "API servers", "engine core", "load clients", "bal
 
 def step_lines(samples: list[dict], burst_start: float, of: int) -> list[str]:
     """The app burst's first 600 ms in steps of 100: a second's mean hides that the first
-    ~250 ms are the busy ones (the tenth session's finding)."""
+    ~250 ms are the busy ones (docs/performance.md, "Bursts: chats that send at the same instant")."""
     lines = [f"  busy cores, app, by 100 ms: {'ms':>5} {'machine':>8}"
              + "".join(f"{name:>13}" for name in STEP_GROUPS) + f"   (of {of})"]
     for k, step in enumerate(steps(samples, burst_start)):

@@ -1,6 +1,9 @@
 """One line per run of `run.sh compare`: both tools' figures, the engine's own, and its CPU.
 
-    python3 benchmarks/gpu/compare_table.py benchmarks/gpu/h200/compare-same-prompts/session-a
+    python3 benchmarks/gpu/compare_table.py DIR
+
+DIR: e.g. compare-same-prompts/session-a of 8e59b31:benchmarks/gpu/h200/, extracted with
+`git archive` (docs/performance-data.md).
 
 Reads what run.sh writes in a compare folder: each run's result (ours-N.json or
 ours-N/bench.json; vllm-N.json), runs.txt (when each run started and ended),

@@ -1,61 +1,56 @@
 #!/usr/bin/env bash
 # The whole stack on the lent H200, as a user runs it (`./scripts/up`), then loaded through the
-# app and directly: issue "Serve a crowd" (app vs direct, engine copies, capacity) and issue
-# "Fast start" (where `up`'s start-up time goes, cold and warm). From the repo root, there:
+# app and directly: app against direct, engine copies, capacity, and where `up`'s start-up time
+# goes, cold and warm (docs/performance.md). From the repo root, there:
 #     bash benchmarks/gpu/crowd.sh queue PHASE...     (as run.sh: phases done are remembered)
 #
 # Getting there (calls back to back: /tmp lasts only while the machine is warm). A call carries
-# 64 MiB with the ~22 MiB tree, so everything travels in pieces of ~31 MiB:
-#   here:  bash $GPU_KIT/build_bundle.sh (GPU_KIT: benchmarks/gpu/kit.sh); split vllm_site.tar.xz into .gpu/c1..c3;
+# 64 MiB with the tree, so everything travels in pieces. `bash benchmarks/gpu/prepare.sh` builds
+# them all; by hand:
+#   here:  bash $GPU_KIT/build_bundle.sh (GPU_KIT: benchmarks/gpu/kit.sh); split vllm_site.tar.xz into .gpu/c1..;
 #          bash benchmarks/gpu/app_wheels.sh (.gpu/a1..: NOT stack_env.sh wheels, which built cp311
 #          wheels the H200's 3.12 refuses); python $GPU_KIT/make_shape_model.py .gpu/model;
 #          HAProxy from Debian 12 with its libraries in .gpu/haproxy.tgz (haproxy.bin, lib/*.so*, a
 #          wrapper `haproxy` that sets LD_LIBRARY_PATH; crowd.sh unpacks it to /tmp/haproxy)
-#   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2)
-#          carry c3 too: bash .gpu/install.sh                                         (unpacks vLLM)
+#   there: carry .gpu/cN, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash   (c1, c2 ...)
+#          carry the last cN too: bash .gpu/install.sh                                (unpacks vLLM)
 #          carry .gpu/aN, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash  (a1, a2 ...)
-#          carry a3 and .gpu/haproxy.tgz; then a4 and .gpu/model: bash .gpu/stack_env.sh setup &&
-#          bash benchmarks/gpu/crowd.sh queue cold copies warm        (3 calls of ~7-8 min in all)
-#          2026-12-02, fifth session: everything above built by `bash benchmarks/gpu/prepare.sh` in
-#          19-MiB pieces (the fourth session's calls, below), then
-#          `queue fork-start triton-shared crowd-clients` and `queue clients-both` (cap-both did not fit)
-#          2026-12-02, sixth session: `queue fork-start cap-both clients-both` (cap-both cut at its
-#          call's end), the machine lost between calls, then on a fresh one `queue fork-start
-#          clients-both` and `fork-start` again; `bash benchmarks/gpu/import_cost.sh` on a third
-#          2026-12-02, seventh session: `queue fork-start later-source later-bytecode`, `queue
-#          cap-both`, `queue clients-both` (which, that once, ran `copies-3` after it), back to back on
-#          one machine. The tree (untracked results included, counted in 4-KiB blocks: ~47 MiB
-#          now) plus a piece must stay under the call's 64 MiB, so prepare.sh now cuts 14-MiB
-#          pieces: .gpu/c1..c7 (c7's call unpacks, carrying .gpu/haproxy.tgz too) and .gpu/a1..a7
-#          (a7's call carries .gpu/model and runs setup); lower CHUNK_MB as the tree grows, and
-#          keep new results out of the tree until the setup calls are done.
-#          2026-12-03, eighth session: `queue copies-together clients-ab` (2 calls, the machine's
-#          first start the 2 copies'), then on a second machine `queue clients-both copies-together`
-#          (the bursts with the app's and qa-load's clock stamps: burst_table.py's timeline); a
-#          third machine, for `queue workers-ab`, was refused.
-#          2026-12-03, ninth session: `queue workers-ab` (2 calls), then on a second machine
-#          `queue loop-ab` (2 calls): both noise (docs/gpu-crowd.md, "ninth session").
-#          2026-12-03, tenth session: `queue clients-both triton-shared`: every burst_round samples
-#          the machine's CPU by kind of process (`server.cli cpu-during`; burst_table.py prints the burst's
-#          first second); then starts with new compile hashes. Then, on a second machine, `queue
-#          burst-profile` (py-spy carried alone in a call of its own: `cp .gpu/py-spy /tmp/py-spy`), and
-#          on a third `queue burst-profile-paused` (the same, the worker paused per sample).
-#          Make each call right after the last: the machine is given back 30 s after a call, and a
-#          new one starts bare.
-#          2026-12-02, fourth session: the tree had grown to ~35 MiB, so the bundle and the wheels
-#          travel in 19-MiB pieces (`split -b 19M`: .gpu/c1..c5, .gpu/a1..a5; c5's call unpacks, a4's
-#          also carries .gpu/haproxy.tgz, a5's .gpu/model and runs setup), then
-#          `queue compile-start stream-compile chat-compile crowd-repeat` (3 calls in all)
-#          2026-12-02, third session: `queue profile-crowd cap-2copies stats-off cap-seqs`; the a4 call
-#          also carries .gpu/py-spy (the static binary of .venv/bin/py-spy) for the engine core's profile
-#          2026-12-02, second session: `queue crowd-shared stream-opts seeds crowd-2copies`, then on a
-#          fresh machine `queue first-crowd` (the same setup calls before each)
-#          2026-12-02 (docs/gpu-crowd.md): `queue start crowd8 tune-chat tune-stream crowd8-cap`, each
-#          call given `export PATH=$PWD/.venv/bin:$PATH` (py-spy, the CLI); the setup calls took 5-10 s
-#          each, the whole session 1,674 s of the 1,800 the device lends.
+#          carry the last aN with .gpu/haproxy.tgz and .gpu/model: bash .gpu/stack_env.sh setup &&
+#          bash benchmarks/gpu/crowd.sh queue PHASE...
+#          The tree (untracked files included, counted in 4-KiB blocks) plus a piece must stay under
+#          the call's 64 MiB: prepare.sh cuts 14-MiB pieces (.gpu/c1..c7, .gpu/a1..a7; c7's call
+#          unpacks, carrying .gpu/haproxy.tgz too; a7's carries .gpu/model and runs setup); lower
+#          CHUNK_MB as the tree grows, and keep new results out of the tree until the setup calls are
+#          done. py-spy (the static binary of .venv/bin/py-spy, for profile-crowd and burst-profile)
+#          travels as .gpu/py-spy in a call of its own (`cp .gpu/py-spy /tmp/py-spy`). Give each call
+#          `export PATH=$PWD/.venv/bin:$PATH` (py-spy, the CLI) and make it right after the last: the
+#          machine is given back 30 s after a call, and a new one starts bare. The setup calls take
+#          5-10 s each.
+# The phases behind each folder of 8e59b31:benchmarks/gpu/h200/ (docs/performance-data.md), each
+# queue on one lent machine unless a second is named:
+#   session-1202   `queue start crowd8 tune-chat tune-stream crowd8-cap` (1,674 s of the 1,800 a
+#                  lease gives)
+#   session-1202b  `queue crowd-shared stream-opts seeds crowd-2copies`; a fresh machine: `queue first-crowd`
+#   session-1202c  `queue profile-crowd cap-2copies stats-off cap-seqs`
+#   session-1202d  `queue compile-start stream-compile chat-compile crowd-repeat`
+#   session-1202e  `queue fork-start triton-shared crowd-clients`, `queue clients-both`
+#   session-1202f  `machine-a/`: `queue fork-start cap-both clients-both` (cap-both cut at its
+#                  call's end); `machine-b/`, a fresh machine: `queue fork-start clients-both`,
+#                  `fork-start` again; a third machine: `bash benchmarks/gpu/import_cost.sh`
+#   session-1202g  `queue fork-start later-source later-bytecode`, `queue cap-both`, `queue
+#                  clients-both` (which that once ran `copies-3` after it), on one machine
+#   session-1203a  `queue copies-together clients-ab` (the machine's first start the 2 copies')
+#   session-1203b  `queue clients-both copies-together` (bursts with the app's and qa-load's clock
+#                  stamps: burst_table.py's timeline)
+#   session-1203c  `queue workers-ab`;  session-1203d  `queue loop-ab`: both noise (docs/performance.md,
+#                  "Bursts: chats that send at the same instant")
+#   session-1203e  `queue clients-both triton-shared`: every burst_round samples the machine's CPU by
+#                  kind of process (`ernie-chat cpu-during`; burst_table.py prints the burst's first
+#                  second), then starts with new compile hashes
+#   session-1203f  `queue burst-profile`;  session-1203g  `queue burst-profile-paused`
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (--load-format dummy): speed
 # and memory are the real model's; the text is not, so replies never end (ignore_eos keeps every
-# reply at 256 tokens, as in the issue's table).
+# reply at 256 tokens).
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
@@ -93,7 +88,7 @@ app_vs_direct() {  # app_vs_direct NAME N: N chats at once through the app, then
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["summary"]
 # Every complete reply is 256 tokens (ignore_eos); all were sent at once: tokens over the
-# time until the last reply ended is the app's generated tokens/s, as in the issue's table.
+# time until the last reply ended is the app's generated tokens/s.
 last = max((c["total_s"] for c in r["sessions"] if c.get("total_s")), default=None)
 print({k: s.get(k) for k in ("sessions", "complete", "lost", "crossed", "errors")},
       "TTFT ms p50/p99 %.0f/%.0f" % (s["ttft_ms"]["median"] or 0, s["ttft_ms"]["p99"] or 0),
@@ -112,8 +107,8 @@ direct_burst() {  # direct_burst OUT N [BENCH ARGS...]: N requests at once to vL
         "$@" --no-plots --out "$out" > "$out.txt" 2>&1; grep -A3 "^ *conc" "$out.txt" | head -n 4
 }
 capacity_past_1000() {  # capacity_past_1000 NAME SLACK_S [FROM TO [app|engine]]: within the call's
-                        # time, less SLACK_S; the users from 4 client processes since the sixth
-                        # session (before: one, whose ceilings were lower bounds)
+                        # time, less SLACK_S; the users from 4 client processes (from one, as
+                        # before session-1202f/, the ceilings were lower bounds)
     local through=${5:-app}
     echo "--- capacity through the $through, past ${3:-1000} users"
     timeout $(( $(left) - $2 )) .venv/bin/python -m server.cli capacity --through "$through" --start-users "${3:-1000}" \
@@ -191,8 +186,8 @@ engine_profile() {  # engine_profile NAME: one stream, the engine core sampled b
         --output "/tmp/res/$1/engine-core.txt" 2>&1 | tail -n 2
     wait $bench; grep -A3 "^ *conc" "/tmp/res/$1/one-stream-profiled.txt" | head -n 4
 }
-cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (since the
-               # ninth session: is a burst bound by the machine's cores?)
+cpu_start() {  # cpu_start OUT: the machine's CPU by kind of process until cpu_stop (is a burst
+               # bound by the machine's cores?)
     .venv/bin/python -m server.cli cpu-during "$1.json" > "$1.txt" 2>&1 & cpu_pid=$!
 }
 cpu_stop() { kill -INT $cpu_pid 2>/dev/null; wait $cpu_pid 2>/dev/null; }
@@ -202,8 +197,8 @@ burst_round() {  # burst_round DIR: on the running stack, 64 chats at once throu
     local d=$1 seen; mkdir -p "$d"
     cli qa-load --sessions 64 --timeout-s 60 --json > "$d/app-64.json"
     direct_burst "${d#/tmp/res/}/direct-64" 64 --temperature 0.7 --top-p 0.9
-    # (fifth session: four qa-load processes of 250 started by hand, app-1..4.json; fifth and
-    # sixth: four bench processes of 250 started by hand, direct-1..4, each with its own start)
+    # (session-1202e/: four qa-load processes of 250 started by hand, app-1..4.json; session-1202e/
+    # and -1202f/: four bench processes of 250 started by hand, direct-1..4, each with its own start)
     # The workers' usage log (data/usage.jsonl) has each reply's first token as the app saw it,
     # from its request to vLLM: what is left of the chat's TTFT is the app and the client's.
     seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
@@ -309,7 +304,7 @@ case $phase in
         --out /tmp/res/copies2/one-stream > /tmp/res/copies2/one-stream.txt 2>&1
     grep -A3 "^ *conc" /tmp/res/copies2/one-stream.txt | head -n 4
     up_stop ;;
-  start)   # issue "Fast start": the first start on a fresh machine and later ones, the engine
+  start)   # where start-up time goes: the first start on a fresh machine and later ones, the engine
            # core forked (ERNIE_ENGINE_PROCESS_START auto); where vLLM's import time goes
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     for run in "start-cold" "start-warm" "start-warm-1api ERNIE_API_SERVERS=1" \
@@ -336,7 +331,7 @@ case $phase in
         --max-users 1000 --step-s 15 --ramp-s 5 --think-s 3 --output-len 256 --precision 0.25 \
         --out /tmp/res/crowd8-cap/capacity-app 2>&1 | tail -n 8
     up_stop ;;
-  crowd-shared)  # 2026-12-02, 2nd session: the app asks the engine what it is once per process, not per chat,
+  crowd-shared)  # the app asks the engine what it is once per process, not per chat,
                  # and bounds a first message instead of counting it (docs/notes.md, "The app's
                  # cost per chat"); then the app's CPU per token and capacity past 1,000 users
     up_start crowd-shared ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
@@ -361,7 +356,7 @@ case $phase in
     app_vs_direct crowd-2copies 256
     app_vs_direct crowd-2copies 1000
     up_stop ;;
-  profile-crowd)  # 2026-12-02, third session: a fresh machine's first start (its caches before and
+  profile-crowd)  # a fresh machine's first start (its caches before and
                   # after), the engine core profiled on one stream, then app vs direct, direct
                   # sampled both ways (the app sends no typed parameters: engine_client.stream_reply)
     mkdir -p /tmp/res/profile-crowd; caches profile-crowd before
@@ -371,7 +366,7 @@ case $phase in
     app_vs_direct profile-crowd 256
     app_vs_direct profile-crowd 1000
     up_stop ;;
-  compile-start)  # 2026-12-02, fourth session, first on a fresh machine: starts without torch.compile
+  compile-start)  # first on a fresh machine: starts without torch.compile
                   # (ERNIE_TORCH_COMPILE=off), first and later, then the first with it, 1 API server
     each_start "$phase" one_stream "nocompile-first ERNIE_TORCH_COMPILE=off ERNIE_API_SERVERS=1" \
         "nocompile-later ERNIE_TORCH_COMPILE=off ERNIE_API_SERVERS=1" \
@@ -384,30 +379,30 @@ case $phase in
         app_vs_direct crowd-repeat/r$round 256; app_vs_direct crowd-repeat/r$round 1000
     done
     up_stop ;;
-  fork-start)  # 2026-12-02, fifth session, first on a fresh machine: the defaults (4 API servers), the
+  fork-start)  # first on a fresh machine: the defaults (4 API servers), the
                # first start, then later ones with the API servers forked (vllm_serve, now auto on
                # a GPU) and spawned as vLLM does; their metrics must still add up over the servers
-    # (until the sixth session named "later-fork", "later-spawn ...", "later-fork-2": on a fresh
-    # machine the first of them is its first start)
+    # (named "later-fork", "later-spawn ...", "later-fork-2" in session-1202e/ and session-1202f/:
+    # on a fresh machine the first of them is its first start)
     each_start "$phase" summed_metrics "first-fork" "later-spawn ERNIE_ENGINE_PROCESS_START=spawn" \
         "later-fork" || exit 1 ;;
-  triton-shared)  # tenth session: a new compile hash under Triton's one cache (engine_args.triton_cache).
-                  # The fifth session's starts kept the hash; these change --max-num-batched-tokens,
+  triton-shared)  # a new compile hash under Triton's one cache (engine_args.triton_cache).
+                  # fork-start's starts keep the hash; these change --max-num-batched-tokens,
                   # which is in vLLM's compile hash: torch.compile runs again, but vLLM's own kernels
                   # (the 12-17 s warm-up) should come from ~/.triton/cache; the first hash started twice
     # (each start then runs stream_sampling: 3 stacks, so 3 runs of each way of sampling)
     each_start "$phase" stream_sampling "tokens-4096 ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
         "tokens-4096-again ERNIE_MAX_NUM_BATCHED_TOKENS=4096" \
         "tokens-12288 ERNIE_MAX_NUM_BATCHED_TOKENS=12288" || exit 1 ;;
-  cap-both)  # to run next: the issue's app-against-direct as a sustained load, not a burst: capacity
+  cap-both)  # app against direct as a sustained load, not a burst: capacity
              # straight to vLLM, then through the app, the same users and objective (1 copy)
     up_start cap-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     whole=$call_s; call_s=$(( SECONDS + ($(left) - 30) / 2 ))  # the first search gets half the time
     capacity_past_1000 cap-both 0 1000 2000 engine
     call_s=$whole; capacity_past_1000 cap-both 20 1000 2000 app
     up_stop ;;
-  crowd-clients)  # to run next: is part of the app's +230 ms TTFT at 1,000 chats the one load client
-                  # process (fourth session: its fastest chat waited 309-442 ms)? 1 x 1,000 chats
+  crowd-clients)  # is part of the app's +230 ms TTFT at 1,000 chats the one load client
+                  # process (in crowd-repeat its fastest chat waited 309-442 ms)? 1 x 1,000 chats
                   # against 4 clients x 250, twice each, on one stack
     up_start crowd-clients ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     for round in 1 2; do
@@ -432,12 +427,12 @@ PY
   clients-both)  # 1,000 chats from 4 load-client processes, through the app and straight to vLLM
                  # (bench, sampled as the chat samples), twice: does either client hold TTFT back?
     up_start clients-both ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
-    for round in 1 2 3; do  # three rounds since the seventh session, each with 64 chats first
+    for round in 1 2 3; do  # three rounds (two before session-1202g/), each with 64 chats first
         (( $(left) > 60 )) || break
         burst_round "/tmp/res/clients-both/r$round"
     done
     up_stop ;;
-  burst-profile)  # tenth session: where a worker's CPU goes in a 1,000-chat burst on the H200: py-spy on
+  burst-profile)  # where a worker's CPU goes in a 1,000-chat burst on the H200: py-spy on
                   # one of the 8 workers through a whole qa-load run (opening, the burst, the
                   # streams; 8e59b31:benchmarks/app-cost-cpu/profile_split.py split it), then burst_rounds
     up_start burst-profile ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
@@ -455,26 +450,25 @@ PY
     up_start burst-profile-paused ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     profile_worker /tmp/res/burst-profile-paused
     up_stop ;;
-  clients-ab)  # eighth session: the chat's client sending through aiohttp (this checkout) against
-               # httpx's pool (this checkout's app/engine_client.py with make_client as it was at
-               # 5b3b907, carried as .gpu/engine_client_httpx.py; the eighth session's first call
-               # carried 5b3b907's whole file), in ABBA order
+  clients-ab)  # the chat's client sending through aiohttp (this checkout) against httpx's pool
+               # (this checkout's app/engine_client.py with make_client as it was at 5b3b907,
+               # carried as .gpu/engine_client_httpx.py; session-1203a/'s first call carried
+               # 5b3b907's whole file), in alternating order (A B B A)
     [ -f /tmp/engine_client_aiohttp.py ] || cp app/engine_client.py /tmp/engine_client_aiohttp.py
     ab_rounds clients-ab client_variant aiohttp httpx httpx aiohttp aiohttp httpx; rc=$?
     cp /tmp/engine_client_aiohttp.py app/engine_client.py; exit $rc ;;
-  workers-ab)  # eighth session: 12 app workers against the default 8, in ABBA order (the bursts'
+  workers-ab)  # 12 app workers against the default 8, alternating (the bursts'
                # timeline put ~85 ms of the app's ~120 before the handler: the queue of 125
                # messages each of 8 workers takes at once)
     ab_rounds workers-ab workers_variant w12 w8 w8 w12 w12 w8; exit $? ;;
-  loop-ab)  # ninth session: the workers without nest_asyncio (app/serve.py: asyncio's C Task and
+  loop-ab)  # the workers without nest_asyncio (app/serve.py: asyncio's C Task and
             # Future; 0.88 of the CPU per message on the 2-core box) against `chainlit run`'s
-            # pure-Python loop, in ABBA order
+            # pure-Python loop, alternating
     [ -f /tmp/serve_c_loop.py ] || cp app/serve.py /tmp/serve_c_loop.py
     ab_rounds loop-ab loop_variant c nest nest c c nest; rc=$?
     cp /tmp/serve_c_loop.py app/serve.py; exit $rc ;;
-  copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (issue "Serve a
-             # crowd": 1, 2, 3 ... copies; 2 copies gave 52,488 tok/s in the first session, one client
-             # process): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
+  copies-3)  # the engine tier alone, sustained, with 3 copies on the one GPU, then 1 and 2 (2
+             # copies gave 52,488 tok/s from one client process in crowd/copies2/): 1,024 requests in flight per copy, twice that many in all, from 4 client processes
     for copies in 3 1 2; do
         (( $(left) > 150 )) || break
         up_start "copies$copies" ERNIE_ENGINE_COPIES=$copies || exit 1
@@ -484,12 +478,12 @@ PY
         grep -A3 "^ *conc" "/tmp/res/copies$copies/direct-sustained.txt" | head -n 4
         up_stop
     done ;;
-  copies-together)  # 2 copies started together, their KV pools in bytes (seventh session, after
-                    # copies-3 had them start one after another): until the chat URL, then a burst
+  copies-together)  # 2 copies started together, their KV pools in bytes (copies-3 had
+                    # them start one after another): until the chat URL, then a burst
     up_start copies-together ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 || exit 1
     direct_burst copies-together/direct 512
     up_stop ;;
-  later-source|later-bytecode)  # to run next: 3 later starts of the defaults, as the lent machine has
+  later-source|later-bytecode)  # 3 later starts of the defaults, as the lent machine has
                                 # its torch (no byte-code: PYTHONDONTWRITEBYTECODE=1 there, so every
                                 # start compiles torch's and sympy's modules again), then with them
                                 # byte-compiled as pip would have (benchmarks/gpu/import_cost.sh:
@@ -508,10 +502,10 @@ PY
     up_start "$phase" "$more" ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     capacity_past_1000 "$phase" 20 "${range[@]}"
     up_stop ;;
-  tune-chat|tune-stream|stream-opts|seeds|stats-off|stream-compile|chat-compile)  # issue "Fast start":
+  tune-chat|tune-stream|stream-opts|seeds|stats-off|stream-compile|chat-compile)  # start-up and speed:
                                                                 # tune unattended, 3 runs a point
     out=/tmp/res/$phase; resume=(); [ -f "$out/tune.json" ] && resume=(--resume)
-    if [ "$phase" = tune-chat ]; then  # the issue's chat load: 256 users, 1,024 in / 256 out
+    if [ "$phase" = tune-chat ]; then  # the chat load: 256 users, 1,024 in / 256 out
         sweep=(--baseline --point "4 API servers: api_servers=4"
                --point "2 copies x 4 API servers: engine_copies=2 api_servers=4"
                --concurrency 256 --num-prompts 768 --input-len 1024 --output-len 256

@@ -1,10 +1,12 @@
-"""The H200 crowd figures (benchmarks/gpu/h200/crowd, made by crowd.sh) as a table and a plot.
+"""The H200 crowd figures (8e59b31:benchmarks/gpu/h200/crowd and the later folders beside it,
+made by crowd.sh; extract them into the tree with `git archive`: docs/performance-data.md) as a
+table and a plot.
 
     .venv/bin/python benchmarks/gpu/crowd_table.py            # prints the table
     .venv/bin/python benchmarks/gpu/crowd_table.py --plot docs/gpu-crowd.png
 
-"Before" is the issue's own table (main at aaa1fa0: one Chainlit process, one vLLM API
-server), measured the same way on the same kind of machine; it is quoted, not re-run.
+"Before" is main at aaa1fa0 (one Chainlit process, one vLLM API server), measured the same
+way on the same kind of machine; its figures are quoted, not re-run.
 Every "after" figure is ONE run: a burst of a few seconds, so a difference under ~20 %
 between two such figures is not a finding.
 """
@@ -22,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for
 from server.loadtest.users.capacity import Objective  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "h200" / "crowd"
-# The later sessions of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller); the
-# third also ran direct sampled as the chat samples (temperature 0.7, top_p 0.9).
+# The later runs of 2026-12-02 kept per-chat CSVs and bench's text tables (smaller);
+# session-1202c's also ran direct sampled as the chat samples (temperature 0.7, top_p 0.9).
 LATER_RUNS = (("session-1202b", "crowd-shared", "12-02b: 1 copy, 8 workers, old warm-up"),
               ("session-1202b", "first-crowd", "12-02b: 1 copy, 8 workers, fresh machine"),
               ("session-1202b", "crowd-2copies", "12-02b: 2 copies, 8 workers"),
@@ -93,7 +95,7 @@ def capacity(run: str) -> int:
 
 
 def later_capacity(session: str, run: str) -> str:
-    """Each step of a later session's capacity search, judged as capacity judges."""
+    """Each step of a later folder's capacity search, judged as capacity judges."""
     steps = []
     for step in sorted((HERE.parent / session / run / "capacity-app").glob("users-*-try-*"),
                        key=lambda p: (int(p.name.split("-")[1]), p.name)):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Does the lent machine's Python pay for byte-code a real install would have? (issue "Fast start":
-# "tell apart what a real install would not pay"). Needs only python3 and the machine's torch:
+# Does the lent machine's Python pay for byte-code a real install would have? (A start-up
+# figure should tell apart what a real install would not pay.) Needs only python3 and the machine's torch:
 #     bash benchmarks/gpu/import_cost.sh            (on the H200, ~2 min; no vLLM needed)
 # Prints, for the machine's own site-packages: how many .py files have a cached .pyc, whether
 # Python may write one there, and `import torch` / `import torch._dynamo` timed three times as

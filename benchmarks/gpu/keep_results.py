@@ -1,6 +1,6 @@
 """Keep what a crowd.sh call brought back, small enough for git.
 
-    python3 benchmarks/gpu/keep_results.py RESULTS_DIR benchmarks/gpu/h200/session-NAME
+    python3 benchmarks/gpu/keep_results.py RESULTS_DIR benchmarks/gpu/h200/FOLDER
 
 RESULTS_DIR is the unpacked results.tgz (/tmp/res there). Kept: the text files (up.txt,
 caches.txt, bench's tables), vLLM's log gzipped, each qa-load JSON as its summary plus one CSV

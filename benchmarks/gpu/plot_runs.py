@@ -1,4 +1,5 @@
-"""Draw the H200 goodput figures of docs/gpu-results.md from the runs' tune.json.
+"""Draw the H200 goodput figures of docs/performance.md ("Memory settings",
+"Earlier runs with cached prompts") from the runs' tune.json.
 
     .venv/bin/python benchmarks/gpu/plot_runs.py fresh      # docs/gpu-fresh.png
     .venv/bin/python benchmarks/gpu/plot_runs.py recheck    # docs/gpu-recheck.png (cached prompts)

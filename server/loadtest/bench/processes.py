@@ -2,8 +2,10 @@
 
 One asyncio process reads every stream of a level, and with a thousand in flight it is part
 of what it measures. On the H200, 1,000 requests sent by one bench process saw a TTFT p50 of
-622-772 ms (three rounds). Sent by four processes of 250, they saw 230-435 ms (four rounds of
-later sessions; docs/gpu-crowd.md, fourth to sixth sessions).
+622-772 ms (three runs, ``8e59b31:benchmarks/gpu/h200/session-1202d/crowd-repeat/``). Sent by
+four processes of 250, they saw 230-435 ms (four runs on two lent machines,
+``8e59b31:benchmarks/gpu/h200/session-1202e/clients-both/`` and
+``session-1202f/machine-b/clients-both/``).
 
 Here a level's workers are shared over K client processes (``python -m
 server.loadtest.bench.processes``, which imports only the load tools). Each is told on stdin

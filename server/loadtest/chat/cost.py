@@ -13,7 +13,7 @@ would.  Each level is run ``--repetitions`` times; mean and spread are printed.
 ``--app-root DIR`` runs the app of another checkout, ``--app-env K=V`` gives the app
 process an environment variable (e.g. ``UVICORN_WS_PER_MESSAGE_DEFLATE=false``).
 ``--baseline-root DIR`` (and ``--baseline-env``) starts a second app, e.g. main's, and
-runs the two in turn (ABBA), so a change in the machine's load, which on a shared
+runs the two in alternating order (A B B A), so a change in the machine's load, which on a shared
 2-core box moves the figure by +-30 %, hits both alike; the ratio of paired runs is
 printed.  ``--profile`` records one py-spy flame graph per app and level (py-spy slows
 the process it samples, so those runs are not among the measured ones).
@@ -97,7 +97,7 @@ def render_summary(summary: dict, label: str) -> str:
 
 
 def render_ratio(ratio: dict, measured: str, baseline: str) -> str:
-    lines = [f"CPU per token, {measured} / {baseline} (runs paired in ABBA order):"]
+    lines = [f"CPU per token, {measured} / {baseline} (runs paired in alternating order):"]
     for sessions, r in ratio.items():
         lines.append(f"  {sessions:>5} chats: {r['mean']:.3f} (min {r['min']:.3f}, max {r['max']:.3f}, "
                      f"{r['n']} pairs)" if r["n"] else f"  {sessions:>5} chats: -")
@@ -205,7 +205,7 @@ class Variant:
 
 
 def alternate(variants: list[Variant], repetitions: int) -> list[Variant]:
-    """ABBA order: a drift in the machine's load hits every variant alike."""
+    """Alternating order (A B B A): a drift in the machine's load hits every variant alike."""
     order = []
     for rep in range(repetitions):
         order += variants if rep % 2 == 0 else list(reversed(variants))

@@ -15,7 +15,8 @@ benchmarks/gpu/burst_table.py reads the samples for a burst's first second and i
 
 Why: on the lent H200s neither fewer messages per worker (12 workers against 8) nor a
 cheaper message (the loop without nest_asyncio) moved a 1,000-chat burst's wait before the
-handler out of the noise (docs/gpu-crowd.md, "ninth session"): is the machine's every core
+handler out of the noise (docs/performance.md, "Bursts: chats that send at the same
+instant"): is the machine's every core
 busy in the burst's first second, and with what? The same question sizes a machine for a
 crowd.
 """

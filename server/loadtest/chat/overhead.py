@@ -5,12 +5,12 @@ The app reads the engine through the official OpenAI client
 (``app/token_batcher.TokenBatcher``); both do Python work per token.  This
 times that path against the cheapest reader of the same stream, httpx on the
 engine's SSE lines, on the same engine and with the same request.  The two
-paths alternate in ABBA order, so a change in the machine's load hits both
+paths alternate (A B B A), so a change in the machine's load hits both
 alike, and every run gets a prompt of its own, so the prefix cache helps none.
 
 The app path's TTFT ends when the first text reaches the batcher's send (what
 the browser would receive), so it includes the batcher's wait; the JSON also
-keeps the moment the client library yielded it.  Targets (issue #6): tokens/s
+keeps the moment the client library yielded it.  Targets: tokens/s
 ratio at least 0.99, added TTFT at p50 at most 5 ms.
 """
 
@@ -112,7 +112,7 @@ async def direct_path(http: httpx.AsyncClient, cfg: BenchConfig, model: str,
 
 
 def compare_paths(samples: list[Sample]) -> dict:
-    """Medians of each path, and the tokens/s ratio and added TTFT over ABBA pairs.
+    """Medians of each path, and the tokens/s ratio and added TTFT over alternating pairs.
 
     Single replies of the demo model vary by +-15 % in tokens/s on a busy 2-core box,
     so the ratio of the two paths' medians moves by several % between runs; each app
@@ -156,7 +156,7 @@ async def measure(cfg: BenchConfig, settings: Settings, repetitions: int) -> dic
                     "direct": lambda m, n: direct_path(http, cfg, model, m, app_settings, n)}
             samples = []
             for i, prompt in enumerate(prompts):
-                order = ("app", "direct") if (i // 2) % 2 == 0 else ("direct", "app")  # ABBA
+                order = ("app", "direct") if (i // 2) % 2 == 0 else ("direct", "app")  # A B B A
                 messages = [{"role": "system", "content": settings.system_prompt},
                             {"role": "user", "content": prompt.text}]
                 sample = await runs[order[i % 2]](messages, prompt.max_tokens)

@@ -2,10 +2,10 @@
 
 One asyncio process drives every chat's socket, and at a thousand chats it becomes part of
 what it measures: on the H200, one process opening 1,000 chats saw a TTFT p50 of 778-940 ms
-where four processes of 250 saw 433-533 ms on the same stack (docs/gpu-crowd.md, "fifth
-session"). Here each process (``qa-load --json`` with a hidden flag) opens its share of the
-chats, says so on stderr and waits; once all have, each is told on stdin to send, so the
-burst stays one burst. Their chats are merged into one result and judged together: a
+where four processes of 250 saw 433-533 ms on the same stack
+(``8e59b31:benchmarks/gpu/h200/session-1202e/``). Here each process (``qa-load --json`` with
+a hidden flag) opens its share of the chats, says so on stderr and waits; once all have, each
+is told on stdin to send, so the burst stays one burst. Their chats are merged into one result and judged together: a
 message id that reached chats of two processes is still crossed (``qa_load.merge``).
 """
 

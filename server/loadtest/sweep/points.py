@@ -188,8 +188,9 @@ def float_list(text: str) -> tuple[float, ...]:
 def batch_list(text: str) -> tuple[Optional[int], ...]:
     """Integers, and ``default`` for vLLM's own choice (the setting unset).
 
-    vLLM sizes its batch limits by the device: on an H200 its default beat every cap
-    tried for this model (docs/gpu-results.md), so a sweep should be able to include it.
+    vLLM sizes its batch limits by the device: on an H200 no cap tried for this model beat
+    its default beyond the noise (docs/performance.md, "Memory settings"), so a sweep should be
+    able to include it.
     """
     values = []
     for value in text.split(","):

@@ -30,7 +30,8 @@ from server.errors import LoadTestError
 from server.loadtest.users.chats import Chat, Reply
 
 # A typo (100000) must not open tens of thousands of sockets from a tester's machine. One
-# H200 serves more than 1,000 chat users through the app (docs/gpu-crowd.md): capacity must be
+# H200 serves more than 1,000 chat users through the app (docs/performance.md, "Chat users
+# within the objective"): capacity must be
 # able to look past that; 4,000 users cost the load client about two cores (8.6 CPU-s over
 # 17 s for 1,000 chats on the H200 host).
 MAX_USERS = 4000

@@ -3,7 +3,8 @@
 
 A thousand users' sockets in one asyncio process make the client part of what it measures:
 on the H200 one process opening 1,000 chats saw a TTFT p50 of 778-940 ms, four processes of
-250 saw 433-533 ms on the same stack (docs/gpu-crowd.md, "fifth session"). So ``capacity``'s
+250 saw 433-533 ms on the same stack (``8e59b31:benchmarks/gpu/h200/session-1202e/``). So
+``capacity``'s
 ceilings from one process are lower bounds. Here client process i of K (``python -m
 server.loadtest.users.processes``) runs the users whose number is i modulo K. Each user
 arrives at its moment of the ramp and thinks with its own seed, as in one process. Each
