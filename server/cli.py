@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     settings = load_settings()
     while True:
         try:
-            line = fetch_metrics(settings.engine_base_url).summary()
+            line = fetch_metrics(settings.engine_base_url, settings.api_key_value).summary()
         except httpx.HTTPError as exc:
             print(f"The engine at {settings.engine_base_url} does not answer ({exc}). "
                   "Is ./scripts/up running?")

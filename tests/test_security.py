@@ -6,7 +6,8 @@ import stat
 
 from server.settings import load_settings
 from server.stack.engine_args import engine_command
-from server.stack.supervisor import Stack, is_loopback
+from server.settings_rules import is_loopback
+from server.stack.supervisor import Stack
 
 
 def test_defaults_listen_on_loopback_only():
@@ -41,3 +42,4 @@ def test_loopback_or_keyed_engine_is_left_alone(tmp_path):
         stack.secure_exposed_engine()
         assert stack.settings is settings
     assert not (tmp_path / ".cache" / "engine-api-key").exists()
+
