@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from server.errors import ErnieChatError
+from server.private_files import PRIVATE_UMASK
 from server.settings import load_settings
 
 
@@ -175,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)  # .env, logs, saved chats: server/private_files.py
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

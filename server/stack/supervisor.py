@@ -27,6 +27,7 @@ from server.engine_state import write_state
 from server.errors import ErnieChatError
 from server.paths import ROOT
 from server.plan.device import resolve_device
+from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings
 from server.settings_rules import app_exposed, engine_exposed
@@ -91,6 +92,12 @@ class Stack:
                  f"set (ERNIE_API_KEY); one was generated and saved in {path} (readable by you "
                  "only). Clients must send it as 'Authorization: Bearer <key>' on every path but "
                  "GET /health; the chat app does.")
+
+    def make_runtime_files_private(self) -> None:
+        """What an earlier version left readable by every account (server/private_files.py);
+        the logs and the saved chats are tightened where they are opened."""
+        usage = self.settings.usage_log
+        tighten(Path(".env"), self.root / ".files", usage if usage.is_absolute() else self.root / usage)
 
     def warn_exposed_chat(self) -> None:
         """Passwords and cookies in clear text on a network deserve more than a quiet default."""
@@ -221,6 +228,7 @@ class Stack:
         def lap(name: str) -> None:
             nonlocal mark
             took[name], mark = time.monotonic() - mark, time.monotonic()
+        self.make_runtime_files_private()
         self.secure_exposed_engine()
         self.warn_exposed_chat()
         self.out(f"[stack] {self.plan().describe()}")
