@@ -41,7 +41,7 @@ from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from server import chat_db
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
-from server.settings import load_settings
+from server.settings import auth_headers, load_settings
 from server.usage_log import append_usage
 
 SETTINGS = load_settings()
@@ -52,9 +52,12 @@ CLIENT = ec.make_client(SETTINGS)
 # at a crowd's rates that says nothing the engine's log does not.
 for _client_log in ("httpx", "httpx2"):
     logging.getLogger(_client_log).setLevel(logging.WARNING)
+# The key on every request, not only /v1: an exposed engine's HAProxy asks for it on
+# /tokenize and /metrics too (server/stack/balancer.py).
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
-                         limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s))
-live_view.install(SETTINGS.engine_base_url)
+                         limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s),
+                         headers=auth_headers(SETTINGS.api_key_value))
+live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply

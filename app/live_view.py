@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Optional
 
 import httpx
 from fastapi import Depends, Request
@@ -24,6 +25,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from app.live_stats import LIVE
 from app.server_info import read_metrics
 from app.texts import lang_of, text
+from server.settings import auth_headers
 
 PAGE = "/live"
 DATA = "/live/data"
@@ -64,13 +66,13 @@ def _catch_all_last(app) -> None:
     app.router.routes.extend(tail)
 
 
-def install(engine_url: str) -> None:
+def install(engine_url: str, api_key: Optional[str]) -> None:
     """Add the live view's routes to Chainlit's server; call at import time of the app."""
     from chainlit.auth import get_current_user
     from chainlit.server import app
 
     # Its own client: a hung engine must cost a poll seconds, not the chat's minute.
-    http = httpx.AsyncClient(timeout=3)
+    http = httpx.AsyncClient(timeout=3, headers=auth_headers(api_key))
 
     @app.get(PAGE, include_in_schema=False)
     async def live_page(request: Request) -> HTMLResponse:

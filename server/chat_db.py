@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 
 from server.errors import ErnieChatError
+from server.private_files import FILE_MODE, tighten
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -157,6 +158,10 @@ def plain_postgres_url(url: str) -> str:
 def prepare_sqlite(path: Path) -> None:
     """Create the tables if needed; refuse a file that is not a usable SQLite database."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        # SQLite gives the write-ahead log and its index the database file's mode.
+        path.touch(mode=FILE_MODE)
+    tighten(path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")))
     try:
         with sqlite3.connect(path) as db:
             # Several workers may write at once: with a write-ahead log readers never wait.

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from server.errors import ErnieChatError
+from server.private_files import PRIVATE_UMASK
 from server.settings import load_settings
 
 
@@ -102,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     settings = load_settings()
     while True:
         try:
-            line = fetch_metrics(settings.engine_base_url).summary()
+            line = fetch_metrics(settings.engine_base_url, settings.api_key_value).summary()
         except httpx.HTTPError as exc:
             print(f"The engine at {settings.engine_base_url} does not answer ({exc}). "
                   "Is ./scripts/up running?")
@@ -212,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)  # .env, logs, saved chats: server/private_files.py
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.private_files import write_private
+
 
 def updated_env_text(text: str, values: dict[str, Optional[str]]) -> str:
     """``text`` of a .env file with ``values`` set: existing keys changed in place, others
@@ -32,5 +34,6 @@ def updated_env_text(text: str, values: dict[str, Optional[str]]) -> str:
 
 
 def write_env(path: Path, values: dict[str, Optional[str]]) -> None:
+    """The file holds passwords and keys (ERNIE_USERS, ERNIE_API_KEY): its owner's only."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    path.write_text(updated_env_text(text, values), encoding="utf-8")
+    write_private(path, updated_env_text(text, values))

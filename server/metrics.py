@@ -15,6 +15,8 @@ from typing import Optional
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from server.settings import auth_headers, load_settings
+
 
 @dataclass(frozen=True)
 class EngineMetrics:
@@ -134,8 +136,8 @@ class NoEngineStats(Exception):
     another server; all-zero figures would read as an idle engine."""
 
 
-def fetch_metrics(base_url: str, timeout_s: float = 5.0) -> EngineMetrics:
-    response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
+def fetch_metrics(base_url: str, api_key: Optional[str] = None, timeout_s: float = 5.0) -> EngineMetrics:
+    response = httpx.get(f"{base_url}/metrics", headers=auth_headers(api_key), timeout=timeout_s)
     response.raise_for_status()
     if not publishes_engine_stats(response.text):
         raise NoEngineStats(f"The engine at {base_url} publishes no vLLM statistics on /metrics: "
@@ -158,4 +160,4 @@ if __name__ == "__main__":
     import time
 
     print(json.dumps({"run": sys.argv[2] if len(sys.argv) > 2 else "", "time": time.time(),
-                      **dataclasses.asdict(fetch_metrics(sys.argv[1]))}))
+                      **dataclasses.asdict(fetch_metrics(sys.argv[1], load_settings().api_key_value))}))

@@ -73,9 +73,8 @@ class Settings(BaseSettings):
     )
     engine_host: str = Field("127.0.0.1", description="Address vLLM listens on.")
     engine_port: int = Field(8000, ge=1, le=65535, description="Port vLLM listens on.")
-    api_key: Optional[SecretStr] = Field(
-        None, description="API key vLLM requires and the app sends; needed when vLLM is exposed."
-    )
+    api_key: Optional[SecretStr] = Field(None, description="API key the engine asks for and the app "
+                                         "sends; made when vLLM is exposed and none is set.")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto picks cuda when an NVIDIA GPU is present, else cpu."
     )
@@ -246,6 +245,11 @@ class Settings(BaseSettings):
     # --- the chat app ------------------------------------------------------
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
     app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
+    open_chat: bool = Field(False, description="Let an exposed chat (ERNIE_APP_HOST not loopback) run "
+                            "without login (ERNIE_USERS): anyone who reaches its port can chat.")
+    connections_per_client: int = Field(64, ge=0, description="Most connections at once from one "
+                                        "address to an exposed chat or engine (generous: an office "
+                                        "shares one address; 0: no limit).")
     system_prompt: str = Field(
         "You are a helpful assistant.", description="Default system prompt of new chats."
     )
@@ -355,15 +359,11 @@ class Settings(BaseSettings):
     @property
     def engine_base_url(self) -> str:
         """URL clients use to reach the engine (never the 0.0.0.0 wildcard)."""
-        if self.engine_url:
-            return self.engine_url
-        host = "127.0.0.1" if self.engine_host in ("0.0.0.0", "::", "") else self.engine_host
-        return f"http://{host}:{self.engine_port}"
+        return self.engine_url or rules.client_url(self.engine_host, self.engine_port)
 
     @property
     def app_url(self) -> str:
-        host = "127.0.0.1" if self.app_host in ("0.0.0.0", "::", "") else self.app_host
-        return f"http://{host}:{self.app_port}"
+        return rules.client_url(self.app_host, self.app_port)
 
     @property
     def api_key_value(self) -> Optional[str]:

@@ -8,6 +8,7 @@ each is tested with the values a user would type.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from typing import Optional
@@ -102,6 +103,28 @@ def ngram_draft_tokens(value: object) -> object:
     return int(text)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether only this machine reaches ``host``; the wildcards 0.0.0.0 and :: are not."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def client_url(host: str, port: int) -> str:
+    """Where a client on this machine reaches a listener: never at the wildcard it binds."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
+def engine_exposed(s) -> bool:
+    """vLLM started here on an address other machines reach: HAProxy guards it."""
+    return s.engine_url is None and s.node_role == "head" and not is_loopback(s.engine_host)
+
+
+def app_exposed(s) -> bool:
+    return s.node_role == "head" and not is_loopback(s.app_host)
+
+
 def disagreements(s) -> list[str]:
     """Settings that are each valid but cannot go together, one sentence each."""
     found = []
@@ -119,6 +142,11 @@ def disagreements(s) -> list[str]:
     if s.chat_db is not None and s.users is None:
         found.append("ERNIE_CHAT_DB turns on saved chats, which need a login: set "
                      "ERNIE_USERS=name:password (comma-separated for several)")
+    if app_exposed(s) and s.users is None and not s.open_chat:
+        found.append(f"ERNIE_APP_HOST={s.app_host} lets other machines reach the chat, which has "
+                     "no login: set ERNIE_USERS=name:password (comma-separated for several; "
+                     "`ernie-chat hash-password` makes the hashes), or ERNIE_OPEN_CHAT=true to let "
+                     "anyone who reaches the port chat, or ERNIE_APP_HOST=127.0.0.1")
     return found + data_parallel_disagreements(s)
 
 

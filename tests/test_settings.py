@@ -52,9 +52,20 @@ def test_by_default_the_engine_is_started_here_and_reached_on_loopback():
 def test_wildcard_listen_address_is_never_used_as_the_client_url(monkeypatch):
     monkeypatch.setenv("ERNIE_ENGINE_HOST", "0.0.0.0")
     monkeypatch.setenv("ERNIE_APP_HOST", "0.0.0.0")
+    monkeypatch.setenv("ERNIE_OPEN_CHAT", "true")
     s = load_settings()
     assert s.engine_base_url == "http://127.0.0.1:8000"
     assert s.app_url == "http://127.0.0.1:8080"
+
+
+def test_an_exposed_chat_needs_a_login_or_an_explicit_opt_out(monkeypatch):
+    message = error_for(monkeypatch, "ERNIE_APP_HOST", "0.0.0.0")
+    assert "ERNIE_APP_HOST=0.0.0.0" in message and "no login" in message
+    assert "ERNIE_USERS=name:password" in message and "ERNIE_OPEN_CHAT=true" in message
+    assert load_settings(open_chat=True).app_host == "0.0.0.0"
+    assert load_settings(users="alice:pw").app_host == "0.0.0.0"
+    monkeypatch.setenv("ERNIE_APP_HOST", "127.0.0.2")    # this machine only, like 127.0.0.1
+    assert load_settings().users is None
 
 
 def test_env_values_are_parsed_to_their_types(monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 
 from app import boot_cookie
 from server.chat_db import without_password
+from server.errors import ErnieChatError
 from server.settings import load_settings
 from server.stack import balancer
 from server.stack.engine_tier import api_servers_line
@@ -48,17 +49,17 @@ def test_one_of_each_listens_where_the_settings_say_and_needs_no_balancer():
     t = plan_topology(s, "cpu", 2, ports())
     assert [(c.host, c.port) for c in t.copies] == [("127.0.0.1", 8000)]
     assert t.worker_ports == (8080,) and t.worker_host == "127.0.0.1"
-    assert not t.needs_balancer and balancer_config(t) is None
+    assert not t.needs_balancer and balancer_config(t, s) is None
 
 
 def test_several_copies_and_workers_sit_on_loopback_behind_the_balancer():
-    s = load_settings(engine_host="0.0.0.0", engine_port=8000, app_host="0.0.0.0", app_port=8080,
+    s = load_settings(engine_host="0.0.0.0", engine_port=8000, app_host="0.0.0.0", app_port=8080, open_chat=True,
                       engine_copies=2, app_workers=3, api_servers=2, gpu_memory_utilization=0.9)
     t = plan_topology(s, "cuda", 16, ports())
     assert [(c.host, c.port, c.index, c.copies, c.api_servers) for c in t.copies] == [
         ("127.0.0.1", 41000, 0, 2, 2), ("127.0.0.1", 41001, 1, 2, 2)]
     assert t.worker_ports == (41002, 41003, 41004) and t.worker_host == "127.0.0.1"
-    config = balancer_config(t)
+    config = balancer_config(t, s)
     chat, engine = config.frontends
     assert (chat.bind_host, chat.bind_port, chat.sticky, chat.health_path) == ("0.0.0.0", 8080, True, "/")
     assert [b.port for b in chat.servers] == [41002, 41003, 41004]
@@ -70,7 +71,7 @@ def test_several_copies_and_workers_sit_on_loopback_behind_the_balancer():
 
 def test_the_haproxy_config_pins_browsers_balances_streams_and_checks_health():
     s = load_settings(engine_copies=2, app_workers=2)
-    text = balancer.render_haproxy(balancer_config(plan_topology(s, "cpu", 2, ports())))
+    text = balancer.render_haproxy(balancer_config(plan_topology(s, "cpu", 2, ports()), s))
     chat = text.split("\nbackend chat_servers")[1].split("\nfrontend")[0]
     assert f"cookie {balancer.STICKY_COOKIE} insert indirect nocache" in chat
     assert "option forwardfor" in chat                 # the login throttle sees the browser
@@ -84,12 +85,58 @@ def test_the_haproxy_config_pins_browsers_balances_streams_and_checks_health():
 def test_haproxy_accepts_the_config(tmp_path):
     """The real HAProxy (installed by ./scripts/test) checks the text, not a regex."""
     s = load_settings(engine_copies=2, app_workers=2, app_host="::1")
-    config = balancer_config(plan_topology(s, "cpu", 2, ports()))
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()), s)
     path = balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path())
     assert "bind [::1]:8080" in path.read_text()
     broken = tmp_path / "broken.cfg"
     broken.write_text(path.read_text().replace("balance leastconn", "balance sometimes"))
     assert subprocess.run([balancer.haproxy_path(), "-c", "-q", "-f", str(broken)]).returncode != 0
+
+
+def exposed(**overrides):
+    return load_settings(engine_host="0.0.0.0", engine_port=8000, app_host="0.0.0.0", app_port=8080,
+                         users="alice:pw", api_key="k" * 43, **overrides)
+
+
+def test_an_exposed_tier_sits_behind_haproxy_even_as_one_process():
+    s = exposed()
+    t = plan_topology(s, "cpu", 2, ports())
+    assert [(c.host, c.port) for c in t.copies] == [("127.0.0.1", 41000)]
+    assert t.worker_ports == (41001,) and t.worker_host == "127.0.0.1"
+    chat, engine = balancer_config(t, s).frontends
+    assert (chat.bind_host, chat.bind_port, chat.keyed, chat.per_client) == ("0.0.0.0", 8080, False, 64)
+    assert (engine.bind_host, engine.bind_port, engine.keyed, engine.per_client) == ("0.0.0.0", 8000, True, 64)
+    # Every 127.x address is this machine's only: such a stack keeps its plain shape.
+    assert not plan_topology(load_settings(engine_host="127.0.0.2", app_host="127.0.0.2"), "cpu", 2,
+                             ports()).needs_balancer
+
+
+def test_the_guarded_config_asks_for_the_key_and_limits_each_address(tmp_path):
+    s = exposed(connections_per_client=10)
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()), s)
+    text = balancer.render_haproxy(config)
+    assert "timeout http-request 10s" in text                        # slowloris
+    assert f"timeout http-keep-alive {s.engine_keepalive_limit_s}s" in text  # past the app's own
+    chat = text.split("\nfrontend chat")[1].split("\nbackend")[0]
+    engine = text.split("\nfrontend engine")[1].split("\nbackend")[0]
+    assert "tcp-request connection reject if { sc0_conn_cur gt 10 }\n" in chat
+    assert "{ sc0_conn_cur gt 10 } !{ src 127.0.0.0/8 ::1 }" in engine    # the app's own crowd
+    assert '"Bearer ${ERNIE_ENGINE_KEY}"' in engine and "Bearer" not in chat
+    assert "unless keyed || { path /health } { method GET HEAD }" in engine
+    assert s.api_key_value not in text                                 # the key is in HAProxy's env
+    path = balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path(),
+                                 balancer.key_env(s.api_key_value))
+    assert path.exists()
+    with pytest.raises(ErnieChatError, match="ERNIE_API_KEY"):
+        balancer.managed_haproxy(config, tmp_path / "h.cfg", tmp_path / "h.log", tmp_path, None)
+
+
+def test_a_balancer_on_loopback_limits_no_address_and_asks_for_no_key():
+    """Crowd tests and a TLS proxy on this machine come from one address."""
+    s = load_settings(engine_copies=2, app_workers=2)
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()), s)
+    assert [(f.per_client, f.keyed) for f in config.frontends] == [(0, False), (0, False)]
+    assert "stick-table" not in balancer.render_haproxy(config)
 
 
 def test_without_haproxy_the_message_says_how_to_install_it(monkeypatch):

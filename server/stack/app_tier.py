@@ -18,6 +18,7 @@ from typing import Callable
 
 from server.progress import StatusLine
 from server.settings import Settings
+from server.settings_rules import client_url
 from server.stack.engine_tier import StartupFailed
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, wait_until
@@ -57,8 +58,7 @@ class Worker:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
+        return client_url(self.host, self.port)
 
     @property
     def label(self) -> str:

@@ -16,14 +16,27 @@ sends the browser to a live one, where the chat says it was moved (app/boot_cook
 
 The engine frontend has no stickiness: any copy can serve any request, since
 the chat sends the whole history every time.
+
+A frontend on an address other machines reach is guarded, since HAProxy is the
+only thing between them and the processes behind it.  A client has 10 s to send
+a request's headers, so one that sends them a byte at a time (slowloris) holds
+a connection no longer; and one address may hold only so many connections at
+once (ERNIE_CONNECTIONS_PER_CLIENT), counted in a stick table.  An exposed
+engine frontend also asks for the API key on every path: vLLM's own --api-key
+guards only /v1, which leaves /tokenize, /invocations, /pooling and /metrics
+open.  Only ``GET /health`` answers without it, for monitors: it says no more
+than whether the engine is up.  The key reaches HAProxy in its environment
+(``KEY_ENV``), which its config names, so it is in neither a file nor ``ps``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from server.errors import ErnieChatError
 from server.stack.processes import ManagedProcess
@@ -33,6 +46,11 @@ STREAM_TIMEOUT = "1h"
 STICKY_COOKIE = "ERNIE_WORKER"
 # Down after two failed checks 1 s apart: a dead worker or copy leaves rotation in ~2 s.
 CHECK = "check inter 1s fall 2 rise 1"
+# A browser or client sends a request's headers in well under a second; a slowloris never does.
+HEADER_TIMEOUT = "10s"
+KEY_ENV = "ERNIE_ENGINE_KEY"
+UNAUTHORIZED = ('{"error": "Unauthorized: send the API key of the engine as Authorization: '
+                'Bearer <key> (ERNIE_API_KEY, or .cache/engine-api-key where ernie-chat made one)"}')
 
 
 class BalancerMissing(ErnieChatError):
@@ -55,12 +73,18 @@ class Frontend:
     servers: tuple[Backend, ...]
     health_path: str           # GET that answers 200 when a server can take requests
     sticky: bool = False       # pin a browser to its server with a cookie
+    keyed: bool = False        # every request but GET /health needs the key in KEY_ENV
+    per_client: int = 0        # connections at once from one address; 0: no limit
+    trusted: tuple[str, ...] = ()  # sources the per-client limit leaves alone
 
 
 @dataclass(frozen=True)
 class BalancerConfig:
     frontends: tuple[Frontend, ...] = field(default_factory=tuple)
     max_connections: int = 20000
+    # At least the app's own idle keep-alive to the engine, so HAProxy never closes a
+    # connection the app is about to reuse (docs/notes.md, "Keep-alive race").
+    keepalive_s: int = 75
 
 
 def max_connections(open_files_limit: int, wanted: int = 20000) -> int:
@@ -97,10 +121,13 @@ def render_haproxy(config: BalancerConfig) -> str:
         f"    timeout server {STREAM_TIMEOUT}",
         f"    timeout tunnel {STREAM_TIMEOUT}",  # websockets, once upgraded
         "    timeout check 2s",
+        f"    timeout http-request {HEADER_TIMEOUT}",
+        f"    timeout http-keep-alive {config.keepalive_s}s",
     ]
     for front in config.frontends:
-        lines += ["", f"frontend {front.name}", f"    bind {bind_address(front.bind_host, front.bind_port)}",
-                  f"    default_backend {front.name}_servers",
+        lines += ["", f"frontend {front.name}", f"    bind {bind_address(front.bind_host, front.bind_port)}"]
+        lines += client_limit(front) + key_check(front)
+        lines += [f"    default_backend {front.name}_servers",
                   "", f"backend {front.name}_servers", "    balance leastconn",
                   f"    option httpchk GET {front.health_path}"]
         if front.sticky:
@@ -111,6 +138,24 @@ def render_haproxy(config: BalancerConfig) -> str:
             cookie = f" cookie w{i}" if front.sticky else ""
             lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
     return "\n".join(lines) + "\n"
+
+
+def client_limit(front: Frontend) -> list[str]:
+    if not front.per_client:
+        return []
+    trusted = f" !{{ src {' '.join(front.trusted)} }}" if front.trusted else ""
+    return ["    stick-table type ipv6 size 100k expire 30s store conn_cur",
+            "    tcp-request connection track-sc0 src",
+            f"    tcp-request connection reject if {{ sc0_conn_cur gt {front.per_client} }}{trusted}"]
+
+
+def key_check(front: Frontend) -> list[str]:
+    if not front.keyed:
+        return []
+    # Double quotes: HAProxy puts the environment variable's value in at start.
+    return [f'    acl keyed req.hdr(authorization) -m str "Bearer ${{{KEY_ENV}}}"',
+            f"    http-request return status 401 content-type application/json string '{UNAUTHORIZED}' "
+            "hdr WWW-Authenticate Bearer unless keyed || { path /health } { method GET HEAD }"]
 
 
 def haproxy_path() -> str:
@@ -125,11 +170,17 @@ def haproxy_path() -> str:
     return found
 
 
-def write_config(config: BalancerConfig, path: Path, haproxy: str) -> Path:
+def key_env(api_key: Optional[str]) -> dict[str, str]:
+    """HAProxy's environment: the key its keyed frontends compare with."""
+    return {KEY_ENV: api_key} if api_key else {}
+
+
+def write_config(config: BalancerConfig, path: Path, haproxy: str, env: Optional[dict] = None) -> Path:
     """Write the config and have HAProxy check it, so a mistake fails here with its reason."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_haproxy(config), encoding="utf-8")
-    check = subprocess.run([haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
+    check = subprocess.run([haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True,
+                           env={**os.environ, **(env or {})})
     if check.returncode != 0:
         raise ErnieChatError(f"HAProxy refused its configuration {path}:\n{check.stdout}{check.stderr}")
     return path
@@ -141,8 +192,13 @@ def haproxy_argv(haproxy: str, config_path: Path) -> list[str]:
 
 
 def managed_haproxy(config: BalancerConfig, config_path: Path, log_path: Path,
-                    cwd: Path) -> ManagedProcess:
+                    cwd: Path, api_key: Optional[str] = None) -> ManagedProcess:
     """HAProxy as a child like the others, its config checked and written (not started)."""
+    if not api_key and any(front.keyed for front in config.frontends):
+        raise ErnieChatError("The engine listens where other machines reach it, and no API key is "
+                             "set to guard it: set ERNIE_API_KEY (any long random string), or "
+                             "ERNIE_ENGINE_HOST=127.0.0.1")
     haproxy = haproxy_path()
-    path = write_config(config, config_path, haproxy)
-    return ManagedProcess("balancer", haproxy_argv(haproxy, path), log_path, cwd=cwd)
+    env = key_env(api_key)
+    path = write_config(config, config_path, haproxy, env)
+    return ManagedProcess("balancer", haproxy_argv(haproxy, path), log_path, env=env, cwd=cwd)

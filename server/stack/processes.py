@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.private_files import PRIVATE_UMASK, tighten
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -66,6 +68,7 @@ class ManagedProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a", encoding="utf-8") as log:
+            tighten(self.log_path)  # logs quote prompts and errors
             log.write(f"\n{self.marker or '=== ernie-chat: starting ' + self.name} "
                       f"at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
             log.flush()
@@ -73,6 +76,7 @@ class ManagedProcess:
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(self.env or {})}, cwd=self.cwd,
                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid(), self.nice),
+                umask=PRIVATE_UMASK,  # the chats, uploads and logs it writes: server/private_files.py
             )
         self._reaper = _start_reaper(os.getpid(), self.proc.pid)
         self.started_at = time.monotonic()

@@ -13,7 +13,6 @@ copy keeps failing.  Ctrl-C or SIGTERM stops every process group.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import time
@@ -28,8 +27,10 @@ from server.engine_state import write_state
 from server.errors import ErnieChatError
 from server.paths import ROOT
 from server.plan.device import resolve_device
+from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings
+from server.settings_rules import app_exposed, engine_exposed
 from server.stack import balancer, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
@@ -82,14 +83,36 @@ class Stack:
     def secure_exposed_engine(self) -> None:
         """vLLM on a non-loopback address must require a key: make one if none is set."""
         s = self.settings
-        if not s.starts_engine or s.api_key is not None or is_loopback(s.engine_host):
+        if not engine_exposed(s) or s.api_key is not None:
             return
         path = self.root / ".cache" / "engine-api-key"
         key = read_or_create_secret(path)
         self.settings = s.model_copy(update={"api_key": SecretStr(key)})
         self.out(f"[security] vLLM listens on {s.engine_host}, so it requires an API key. None was "
                  f"set (ERNIE_API_KEY); one was generated and saved in {path} (readable by you "
-                 "only). Clients must send it as 'Authorization: Bearer <key>'; the chat app does.")
+                 "only). Clients must send it as 'Authorization: Bearer <key>' on every path but "
+                 "GET /health; the chat app does.")
+
+    def make_runtime_files_private(self) -> None:
+        """What an earlier version left readable by every account (server/private_files.py);
+        the logs and the saved chats are tightened where they are opened."""
+        usage = self.settings.usage_log
+        tighten(Path(".env"), self.root / ".files", usage if usage.is_absolute() else self.root / usage)
+
+    def warn_exposed_chat(self) -> None:
+        """Passwords and cookies in clear text on a network deserve more than a quiet default."""
+        s = self.settings
+        if not app_exposed(s):
+            return
+        self.out("\n".join([
+            "[security] " + "!" * 70,
+            f"[security] WARNING: the chat listens on {s.app_host}:{s.app_port} over plain HTTP.",
+            "[security] Login passwords and session cookies cross the network UNENCRYPTED: anyone",
+            "[security] on the way can read them and take over a session.",
+            "[security] Put TLS in front: set ERNIE_APP_HOST=127.0.0.1 and let a proxy with a",
+            "[security] certificate (Caddy: `caddy reverse-proxy --from chat.example.org --to",
+            f"[security] 127.0.0.1:{s.app_port}`; nginx or HAProxy with `ssl`) take the network side.",
+            "[security] " + "!" * 70]))
 
     def plan(self) -> Topology:
         s = self.settings
@@ -134,12 +157,13 @@ class Stack:
     def launch_balancer(self) -> None:
         """HAProxy's process, started without waiting: it needs only the topology, so it
         starts while the engine loads and is listening long before the engine serves."""
-        config = balancer_config(self.topology,
+        config = balancer_config(self.topology, self.settings,
                                  balancer.max_connections(balancer.open_files_limit()))
         if config is None:
             return
         self.balancer = balancer.managed_haproxy(config, self.root / ".cache" / "haproxy.cfg",
-                                                 self.log_path.with_name("balancer.log"), self.root)
+                                                 self.log_path.with_name("balancer.log"), self.root,
+                                                 self.settings.api_key_value)
         self.balancer.start()
 
     def start_balancer(self) -> None:
@@ -204,7 +228,9 @@ class Stack:
         def lap(name: str) -> None:
             nonlocal mark
             took[name], mark = time.monotonic() - mark, time.monotonic()
+        self.make_runtime_files_private()
         self.secure_exposed_engine()
+        self.warn_exposed_chat()
         self.out(f"[stack] {self.plan().describe()}")
         self.check_before_start()
         lap("checks")
@@ -284,13 +310,6 @@ class Stack:
         if self.engines:
             self.engines.stop()
             write_state(self.settings, "stopped")
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def raise_shutdown(signum, frame) -> None:

@@ -21,6 +21,10 @@ chosen from the machine:
 With one copy (or one worker) nothing changes from the plain stack: it listens
 where the settings say.  With several, each listens on a loopback port of its
 own and HAProxy listens where the settings say (``server.stack.balancer``).
+A tier exposed to other machines (its host not loopback) always sits behind
+HAProxy, even as one process: neither vLLM nor uvicorn limits how long a client
+may take to send its headers or how many connections one address holds, and
+vLLM's key guards only its /v1 paths.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from server import settings_rules as rules
 from server.settings import Settings
 from server.stack.balancer import Backend, BalancerConfig, Frontend
 from server.stack.engine_args import EngineCopy
@@ -57,14 +62,16 @@ class Topology:
     app_port: int
     engine_host: str
     engine_port: int
+    engine_exposed: bool = False
+    app_exposed: bool = False
 
     @property
     def balanced_engine(self) -> bool:
-        return len(self.copies) > 1
+        return len(self.copies) > 1 or self.engine_exposed
 
     @property
     def balanced_app(self) -> bool:
-        return len(self.worker_ports) > 1
+        return len(self.worker_ports) > 1 or (self.app_exposed and bool(self.worker_ports))
 
     @property
     def needs_balancer(self) -> bool:
@@ -93,7 +100,8 @@ def plan_topology(settings: Settings, device: str, cores: int,
     """The topology the settings ask for on a machine with ``cores`` cores."""
     api_servers = settings.api_servers or auto_api_servers(device, cores)
     copies_n = settings.engine_copies
-    if copies_n == 1:
+    engine_exposed, app_exposed = rules.engine_exposed(settings), rules.app_exposed(settings)
+    if copies_n == 1 and not engine_exposed:
         copies = (EngineCopy.only(settings, api_servers),)
     else:
         copies = tuple(EngineCopy(LOOPBACK, free_port(), api_servers, i, copies_n)
@@ -101,21 +109,31 @@ def plan_topology(settings: Settings, device: str, cores: int,
     # A node of engine copies only (vllm serve --headless) runs no chat.
     workers_n = 0 if settings.node_role == "engines" else (
         settings.app_workers or auto_app_workers(device, cores))
-    worker_ports = ((settings.app_port,) if workers_n == 1
+    worker_ports = ((settings.app_port,) if workers_n == 1 and not app_exposed
                     else tuple(free_port() for _ in range(workers_n)))
     return Topology(device, api_servers, copies, worker_ports, settings.app_host,
-                    settings.app_port, settings.engine_host, settings.engine_port)
+                    settings.app_port, settings.engine_host, settings.engine_port,
+                    engine_exposed, app_exposed)
 
 
-def balancer_config(topology: Topology, max_connections: int = 20000) -> Optional[BalancerConfig]:
-    """HAProxy's frontends for the tiers that have several processes; None when none has."""
+def balancer_config(topology: Topology, settings: Settings,
+                    max_connections: int = 20000) -> Optional[BalancerConfig]:
+    """HAProxy's frontends for the tiers behind it; None when neither is."""
     frontends = []
+    limit = settings.connections_per_client
     if topology.balanced_app:
         frontends.append(Frontend("chat", topology.app_host, topology.app_port,
                                   tuple(Backend(LOOPBACK, p) for p in topology.worker_ports),
-                                  health_path="/", sticky=True))
+                                  health_path="/", sticky=True,
+                                  per_client=limit if topology.app_exposed else 0))
     if topology.balanced_engine:
+        # The app's own connections come from this machine, one per streaming chat: a
+        # crowd's worth. Loopback reaches the copies directly anyway, so the limit spares it.
+        exposed = topology.engine_exposed
         frontends.append(Frontend("engine", topology.engine_host, topology.engine_port,
                                   tuple(Backend(c.host, c.port) for c in topology.copies),
-                                  health_path="/health"))
-    return BalancerConfig(tuple(frontends), max_connections) if frontends else None
+                                  health_path="/health", keyed=exposed,
+                                  per_client=limit if exposed else 0,
+                                  trusted=("127.0.0.0/8", "::1")))
+    return (BalancerConfig(tuple(frontends), max_connections, settings.engine_keepalive_limit_s)
+            if frontends else None)

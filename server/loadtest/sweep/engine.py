@@ -128,7 +128,7 @@ def start_vllm(start: PointStart) -> Iterator[RunningEngine]:
                 status.done(reason)
                 raise PointFailed(reason, engine.pid, timed_out=engine.alive())
         if topology.balanced_engine:
-            haproxy = start_balancer(topology, log)
+            haproxy = start_balancer(topology, settings, log)
         status.done(f"vLLM ready in {status.elapsed:.0f} s")
         yield RunningEngine(settings.engine_base_url, key, entry, log, engines[0].pid,
                             status.elapsed, lambda: all(e.alive() for e in engines))
@@ -138,11 +138,11 @@ def start_vllm(start: PointStart) -> Iterator[RunningEngine]:
                 proc.stop()
 
 
-def start_balancer(topology: Topology, log: Path) -> ManagedProcess:
+def start_balancer(topology: Topology, settings: Settings, log: Path) -> ManagedProcess:
     """HAProxy in front of the copies, where the point's engine URL points."""
-    config = balancer_config(topology, max_connections(open_files_limit()))
+    config = balancer_config(topology, settings, max_connections(open_files_limit()))
     haproxy = managed_haproxy(config, log.with_name(f"{log.stem}-haproxy.cfg"),
-                              log.with_name(f"{log.stem}-haproxy.log"), ROOT)
+                              log.with_name(f"{log.stem}-haproxy.log"), ROOT, settings.api_key_value)
     haproxy.start()
     if not wait_until(lambda: not port_free(topology.engine_host, topology.engine_port),
                       lambda: not haproxy.alive(), 10, StatusLine("balancer"), lambda: "starting HAProxy"):
