@@ -9,7 +9,7 @@ from server.env_file import write_env
 from server.private_files import tighten
 from server.settings import load_settings
 from server.stack.engine_args import engine_command
-from server.settings_rules import is_loopback
+from server.settings import is_loopback
 from server.stack.supervisor import Stack
 
 

@@ -1,4 +1,4 @@
-"""server/settings.py: defaults, every validator's message, .env handling, docs drift."""
+"""server/settings/: defaults, every validator's message, .env handling, docs drift."""
 
 from __future__ import annotations
 

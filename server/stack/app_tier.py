@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from server.progress import StatusLine
-from server.settings import Settings
-from server.settings_rules import client_url
+from server.settings import Settings, client_url
 from server.stack.engine_tier import StartupFailed
 from server.stack.processes import ManagedProcess
 from server.stack.readiness import http_ok, wait_until

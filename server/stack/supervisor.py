@@ -29,8 +29,7 @@ from server.paths import ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
-from server.settings import Settings
-from server.settings_rules import app_exposed, engine_exposed
+from server.settings import Settings, app_exposed, engine_exposed
 from server.stack import balancer, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from server import settings_rules as rules
+from server import settings as config
 from server.settings import Settings
 from server.stack.balancer import Backend, BalancerConfig, Frontend
 from server.stack.engine_args import EngineCopy
@@ -100,7 +100,7 @@ def plan_topology(settings: Settings, device: str, cores: int,
     """The topology the settings ask for on a machine with ``cores`` cores."""
     api_servers = settings.api_servers or auto_api_servers(device, cores)
     copies_n = settings.engine_copies
-    engine_exposed, app_exposed = rules.engine_exposed(settings), rules.app_exposed(settings)
+    engine_exposed, app_exposed = config.engine_exposed(settings), config.app_exposed(settings)
     if copies_n == 1 and not engine_exposed:
         copies = (EngineCopy.only(settings, api_servers),)
     else:

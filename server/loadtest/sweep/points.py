@@ -1,6 +1,6 @@
 """What tune sweeps: its points, from the command line, checked before any engine starts.
 
-Any engine setting of server/settings.py can be a dimension (``--vary NAME=V1,V2``);
+Any engine setting of server/settings/ can be a dimension (``--vary NAME=V1,V2``);
 the memory and batch settings also have flags of their own.  A point is settings
 overrides, turned into vLLM's command by the same engine_args.engine_command ``up``
 uses, so a dimension that does not change that command (an app setting, a GPU-only

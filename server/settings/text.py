@@ -1,6 +1,6 @@
 """The words around the settings: .env.example, error reports, .env lines that are not settings.
 
-Kept apart from the Settings class (server/settings.py) so that it stays one
+Kept apart from the Settings class (server/settings/__init__.py) so that it stays one
 readable class; these functions take its fields as an argument.
 """
 

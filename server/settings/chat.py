@@ -1,0 +1,99 @@
+"""The chat app: where it listens, its defaults, saved chats, files, and its engine connection."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from server.settings.network import client_url
+
+POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+# A chat's next message comes after its reader's pause (capacity's users think 5 s on
+# average): a connection kept that long spares the app and the engine a new one per message.
+OWN_ENGINE_KEEPALIVE_S = 60.0
+# vLLM's own limit is 5 s; letting go at 2 s kept the app's requests off a closing
+# connection (docs/notes.md, "Keep-alive race").
+OTHER_ENGINE_KEEPALIVE_S = 2.0
+KEEPALIVE_MARGIN_S = 15.0
+
+
+def checked_chat_db(value) -> Optional[str]:
+    if value in (None, ""):
+        return None
+    text = str(value)
+    if "://" in text and not text.startswith(POSTGRES_PREFIXES):
+        raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
+                         "(postgresql://user:password@host:5432/dbname)")
+    return text
+
+
+class ChatSettings(BaseModel):
+    app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
+    app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
+    system_prompt: str = Field(
+        "You are a helpful assistant.", description="Default system prompt of new chats."
+    )
+    temperature: float = Field(0.7, ge=0, le=2, description="Default sampling temperature.")
+    top_p: float = Field(0.9, gt=0, le=1, description="Default nucleus sampling top_p.")
+    max_tokens: int = Field(512, ge=1, description="Default longest reply, in tokens.")
+    chat_db: Annotated[Optional[str], BeforeValidator(checked_chat_db)] = Field(
+        None,
+        description="Saved chats: a SQLite file (data/chats.db), or a PostgreSQL URL "
+        "(postgresql://user:password@host:5432/chats) that several app workers or machines "
+        "share. Turns on login and the chat history sidebar; needs ERNIE_USERS.",
+    )
+    context_window: Optional[int] = Field(
+        None, gt=0, description="Context window (tokens) of an OpenAI-compatible server that does "
+        "not report one (vLLM and llama.cpp do); unset: ERNIE_MAX_MODEL_LEN.",
+    )
+    usage_log: Path = Field(
+        Path("data/usage.jsonl"),
+        description="Token counts of each chat request (no text), for `ernie-chat plan --from-usage`.",
+    )
+    ignore_eos: bool = Field(
+        False, description="QA and demos: replies always run to the max tokens (vLLM's ignore_eos)."
+    )
+    stream_interval_max: int = Field(
+        16, ge=1, description="When many chats stream at once, the app lets vLLM send up to this "
+        "many tokens per streamed piece (its per-request stream_interval; never the first token), "
+        "sized so pieces still arrive faster than the chat shows them; 1 turns it off (servers "
+        "that reject the field).",
+    )
+    request_timeout_s: float = Field(
+        60, gt=0, description="Seconds without a new token before the app gives up on a reply."
+    )
+    engine_keepalive_s: Optional[float] = Field(
+        None, gt=0, le=3600, description="Seconds the app keeps an idle connection to the engine "
+        "for the next message. It must stay under the engine's own limit (vLLM closes an idle "
+        "connection after 5 s unless VLLM_HTTP_TIMEOUT_KEEP_ALIVE says otherwise). Unset: 60 for "
+        "the engine `up` starts, whose limit it sets 15 s higher, and 2 for one elsewhere "
+        "(ERNIE_ENGINE_URL).",
+    )
+    pdf_max_pages: int = Field(300, ge=1, description="An attached PDF with more pages is refused unread.")
+    pdf_memory_mb: int = Field(512, ge=128, description="Memory (MiB) of the child process that reads "
+                               "an attached PDF; a PDF that needs more is refused.")
+    pdf_timeout_s: float = Field(20, gt=0, description="Seconds the child process may take to read an "
+                                 "attached PDF; a slower one is stopped and refused.")
+
+    def problems(self) -> list[str]:
+        return []
+
+    @property
+    def app_url(self) -> str:
+        return client_url(self.app_host, self.app_port)
+
+    @property
+    def app_keepalive_s(self) -> float:
+        """engine_keepalive_s, or its default: an engine elsewhere may keep vLLM's 5 s."""
+        if self.engine_keepalive_s is not None:
+            return self.engine_keepalive_s
+        return OWN_ENGINE_KEEPALIVE_S if self.starts_engine else OTHER_ENGINE_KEEPALIVE_S
+
+    @property
+    def engine_keepalive_limit_s(self) -> int:
+        """VLLM_HTTP_TIMEOUT_KEEP_ALIVE for the engine ``up`` starts: the app lets an idle
+        connection go well before the engine would close it, never racing its close."""
+        return math.ceil(self.app_keepalive_s + KEEPALIVE_MARGIN_S)

@@ -1,0 +1,69 @@
+"""Who reaches the stack: loopback or exposed, and what an exposed tier must have.
+
+Any address in 127.0.0.0/8 and ``localhost`` count as loopback; the wildcards ``0.0.0.0``
+and ``::`` as exposed (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, Field
+
+# What a browser sends as Origin: no path, no trailing slash.
+ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+
+
+def checked_origins(value: str) -> str:
+    """The origins, comma-separated, in lower case as browsers send them."""
+    found = [origin.strip().lower() for origin in value.split(",") if origin.strip()]
+    for origin in found:
+        if not ORIGIN.fullmatch(origin):
+            # A wildcard with cookies would let any web page act as the logged-in user.
+            raise ValueError(f"{origin!r} is not an origin: write each as scheme://host or "
+                             "scheme://host:port, without a path or a wildcard "
+                             "(e.g. https://intranet.example.com)")
+    return ",".join(found)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine reaches ``host``; the wildcards 0.0.0.0 and :: are not."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def client_url(host: str, port: int) -> str:
+    """Where a client on this machine reaches a listener: never at the wildcard it binds."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
+def engine_exposed(s) -> bool:
+    """vLLM started here on an address other machines reach: HAProxy guards it."""
+    return s.engine_url is None and s.node_role == "head" and not is_loopback(s.engine_host)
+
+
+def app_exposed(s) -> bool:
+    return s.node_role == "head" and not is_loopback(s.app_host)
+
+
+class NetworkSettings(BaseModel):
+    open_chat: bool = Field(False, description="Let an exposed chat (ERNIE_APP_HOST not loopback) run "
+                            "without login (ERNIE_USERS): anyone who reaches its port can chat.")
+    connections_per_client: int = Field(64, ge=0, description="Most connections at once from one "
+                                        "address to an exposed chat or engine (generous: an office "
+                                        "shares one address; 0: no limit).")
+    allowed_origins: Annotated[str, AfterValidator(checked_origins)] = Field(
+        "", description="Other web origins (scheme://host:port, comma-separated) whose pages may use "
+        "the chat with the user's cookies (CORS, its socket). Empty: only the chat's own origin.")
+
+    def problems(self) -> list[str]:
+        if app_exposed(self) and self.users is None and not self.open_chat:
+            return [f"ERNIE_APP_HOST={self.app_host} lets other machines reach the chat, which has "
+                    "no login: set ERNIE_USERS=name:password (comma-separated for several; "
+                    "`ernie-chat hash-password` makes the hashes), or ERNIE_OPEN_CHAT=true to let "
+                    "anyone who reaches the port chat, or ERNIE_APP_HOST=127.0.0.1"]
+        return []
