@@ -79,8 +79,8 @@ def start_method(settings: Settings, device: str) -> str:
     """fork on a GPU: ``vllm serve`` asks for spawn, so its engine core process imports vLLM a
     second time. Forked, it inherits the API server's imports: on the H200 with one API server
     that phase took 1 s instead of 28-30 s (start to ready 43 s). vLLM always spawns several API
-    servers, and the engine core waits for them (26-47 s on the H200, docs/gpu-crowd.md,
-    "Start-ups"): with fork, ``vllm_serve`` forks those too. vLLM still spawns the engine core
+    servers, and the engine core waits for them (26-47 s on the H200, docs/performance.md,
+    "Start-up"): with fork, ``vllm_serve`` forks those too. vLLM still spawns the engine core
     when CUDA is already initialized in the parent, and the CPU build always does."""
     if settings.engine_process_start != "auto":
         return settings.engine_process_start
@@ -97,7 +97,7 @@ def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
     (a tune point, two copies, another length) compiled vLLM's own ~57 Triton kernels (its
     model runner's and the sampler's) again: the "kernel warm-up after capture" of 12-17 s on
     the H200. Triton keys its cache by each kernel's source and target, so one cache serves
-    all configurations (docs/single-stream.md, "Start-up")."""
+    all configurations (docs/performance.md, "Start-up")."""
     if "TRITON_CACHE_DIR" in environ:
         return {}
     return {"TRITON_CACHE_DIR": str(Path(environ.get("HOME") or Path.home()) / ".triton" / "cache")}

@@ -15,7 +15,7 @@ chosen from the machine:
   are separate servers behind the balancer.  Default 1.
 * App workers: Chainlit processes.  One streams about 10k tokens/s at one core;
   on the H200 (16 cores) 8 workers carried 1,000 chat users within the objective
-  where 4 carried 500 (docs/gpu-crowd.md), so a GPU machine gets half its cores, at
+  where 4 carried 500 (docs/performance.md, "Chat users within the objective"), so a GPU machine gets half its cores, at
   most 8; a CPU machine 1.
 
 With one copy (or one worker) nothing changes from the plain stack: it listens

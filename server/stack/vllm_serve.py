@@ -12,7 +12,7 @@ lookup (docs/notes.md, "vLLM on a CPU").
 It also forks vLLM's API server processes when ``VLLM_WORKER_MULTIPROC_METHOD`` is
 fork (``ERNIE_ENGINE_PROCESS_START``), as vLLM already forks its engine core then:
 ``vllm serve`` always spawns them, so each imports vLLM again (20-27 s on the H200), and the
-engine core waits for all of them before it loads the model (docs/gpu-crowd.md, "Start-ups").
+engine core waits for all of them before it loads the model (docs/performance.md, "Start-up").
 
 And it runs vLLM's one-off probe of the model's class (done once per model and vLLM install,
 then cached in ~/.cache/vllm/modelinfos) in a fork of itself instead of a fresh Python that

@@ -16,7 +16,7 @@ Batches of more than 64 top-p requests take yet another variant (vLLM's
 The first crowd on a fresh H200 (256 chats at once, the Triton cache empty) got
 every first token 3.1 s late, all within 5 ms of each other; the next start on that
 machine, its Triton cache filled, served such a crowd with TTFT p50 0.64 s
-(docs/gpu-crowd.md, 2026-12-02, second session).  On a GPU two bursts above 64 cover
+(docs/notes.md, "The app's cost per chat").  On a GPU two bursts above 64 cover
 it.  The CPU build has no Triton; there the warm-up stays short.
 """
 
