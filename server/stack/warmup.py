@@ -14,8 +14,8 @@ for the first message of a process.
 Batches of more than 64 top-p requests take yet another variant (vLLM's
 ``topk_topp_triton.py``: ``SPLIT_COVERS_PONLY`` only up to ``_SPLIT_MAX_BATCH`` = 64).
 The first crowd on a fresh H200 (256 chats at once, the Triton cache empty) got
-every first token 3.1 s late, all within 5 ms of each other; the next start on that
-machine, its Triton cache filled, served such a crowd with TTFT p50 0.64 s
+every first token 3.1 s late, all within 5 ms of each other; with bursts above 64 in the
+warm-up, the next fresh machine's first 256 chats got TTFT p50 / p99 0.48 / 0.64 s
 (docs/notes.md, "The app's cost per chat").  On a GPU two bursts above 64 cover
 it.  The CPU build has no Triton; there the warm-up stays short.
 """
