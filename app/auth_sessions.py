@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import time
@@ -41,6 +40,7 @@ from chainlit.auth.cookie import get_token_from_cookies
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security.utils import get_authorization_scheme_param
 
+from app.asgi_headers import send_refusal
 from server.auth_store import AuthStore
 
 log = logging.getLogger(__name__)
@@ -129,11 +129,7 @@ class RenewalGuard:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/auth/jwt":
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             if not await self.sessions.usable(_bearer(headers)):
-                body = json.dumps({"detail": "Invalid token"}).encode()
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await send_refusal(send, 401, "Invalid token")
                 return
         await self.app(scope, receive, send)
 

@@ -17,7 +17,6 @@ device cookie on a success.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 from contextvars import ContextVar
@@ -28,6 +27,7 @@ import chainlit as cl
 from chainlit.auth.jwt import get_jwt_secret
 
 from app import auth_sessions, device_cookie
+from app.asgi_headers import send_refusal, with_header
 from app.auth_sessions import Sessions
 from app.device_cookie import DeviceCookies
 from app.login_throttle import LoginThrottle, Policies
@@ -81,17 +81,12 @@ class LoginGuard:
             if attempt.refused_for_s is None:
                 if message["type"] == "http.response.start" and attempt.new_device_cookie:
                     cookie = self.cookies.set_cookie_header(attempt.new_device_cookie)
-                    message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", cookie)]}
+                    message = with_header(message, b"set-cookie", cookie)
                 await send(message)
             elif message["type"] == "http.response.start":
                 seconds = math.ceil(attempt.refused_for_s)
-                detail = text(attempt.lang, "login_throttled", seconds=seconds)
-                body = json.dumps({"detail": detail}, ensure_ascii=False).encode()
-                await send({"type": "http.response.start", "status": 429,
-                            "headers": [(b"content-type", b"application/json; charset=utf-8"),
-                                        (b"content-length", str(len(body)).encode()),
-                                        (b"retry-after", str(seconds).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await send_refusal(send, 429, text(attempt.lang, "login_throttled", seconds=seconds),
+                                   (b"retry-after", str(seconds).encode()))
             # the original body of a refused attempt is dropped
         return wrapped
 

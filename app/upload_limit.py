@@ -11,10 +11,10 @@ one whose length was not declared, as soon as the bytes received pass the limit.
 
 from __future__ import annotations
 
-import json
 
 from starlette.exceptions import HTTPException
 
+from app.asgi_headers import send_refusal
 from app.texts import lang_of, text
 from app.upload_check import PATH
 
@@ -39,7 +39,8 @@ class UploadLimit:
                        limit_mb=f"{self.max_file_bytes / 2**20:.0f}")
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body:
-            await refuse(send, refusal)
+            # Without reading the body: the connection closes after the answer.
+            await send_refusal(send, 413, refusal, (b"connection", b"close"))
             return
         received = 0
 
@@ -53,15 +54,6 @@ class UploadLimit:
                 raise HTTPException(status_code=413, detail=refusal)
             return message
         await self.app(scope, counted, send)
-
-
-async def refuse(send, detail: str) -> None:
-    """The answer FastAPI gives an HTTPException, without reading the body."""
-    body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def install(max_file_bytes: int) -> None:
