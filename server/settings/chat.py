@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from server.chat_db import POSTGRES_SCHEMES
 from server.settings.network import client_url
 
-POSTGRES_PREFIXES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 # A chat's next message comes after its reader's pause (capacity's users think 5 s on
 # average): a connection kept that long spares the app and the engine a new one per message.
 OWN_ENGINE_KEEPALIVE_S = 60.0
@@ -24,7 +24,7 @@ def checked_chat_db(value) -> Optional[str]:
     if value in (None, ""):
         return None
     text = str(value)
-    if "://" in text and not text.startswith(POSTGRES_PREFIXES):
+    if "://" in text and not text.startswith(POSTGRES_SCHEMES):
         raise ValueError("must be a SQLite file path (data/chats.db) or a PostgreSQL URL "
                          "(postgresql://user:password@host:5432/dbname)")
     return text
