@@ -137,7 +137,21 @@ def render_haproxy(config: BalancerConfig) -> str:
         for i, server in enumerate(front.servers):
             cookie = f" cookie w{i}" if front.sticky else ""
             lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
+        lines += last_resort(front)
     return "\n".join(lines) + "\n"
+
+
+def last_resort(front: Frontend) -> list[str]:
+    """The same servers again, unchecked, used only while every checked one is down.
+
+    A check that times out on a saturated machine (2 s while vLLM holds every core) is not a
+    dead server; without these, HAProxy answers 503 to everyone although the servers would
+    have answered. A server that is really dead refuses the connection and `redispatch` moves
+    the request on.
+    """
+    return ["    option allbackups"] + [
+        f"    server {front.name}{i}-last-resort {bind_address(server.host, server.port)} backup"
+        for i, server in enumerate(front.servers)]
 
 
 def client_limit(front: Frontend) -> list[str]:

@@ -1,0 +1,88 @@
+"""The real HAProxy with the configuration the supervisor writes, in front of small HTTP
+servers whose health answers can be made slow on demand (a real vLLM cannot be made to
+answer /health late at will; on a saturated 2-core machine it does so by itself)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from server.stack import balancer
+from server.stack.processes import free_port
+
+
+class Upstream(ThreadingHTTPServer):
+    daemon_threads = True
+    health_delay_s = 0.0
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/health":
+            time.sleep(self.server.health_delay_s)
+        body = f"served by {self.server.server_port}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def upstreams():
+    servers = [Upstream(("127.0.0.1", 0), Handler) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield servers
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def haproxy(upstreams, tmp_path):
+    port = free_port()
+    front = balancer.Frontend("engine", "127.0.0.1", port, health_path="/health",
+                              servers=tuple(balancer.Backend("127.0.0.1", s.server_port) for s in upstreams))
+    config = balancer.BalancerConfig((front,), max_connections=balancer.max_connections(balancer.open_files_limit()))
+    process = balancer.managed_haproxy(config, tmp_path / "haproxy.cfg", tmp_path / "haproxy.log",
+                                       tmp_path)
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    process.stop()
+
+
+def served_by(url: str, n: int = 6) -> set[str]:
+    return {httpx.get(url + "/", timeout=10).text for _ in range(n)}
+
+
+def test_servers_whose_checks_time_out_still_get_the_requests(upstreams, haproxy):
+    for server in upstreams:
+        server.health_delay_s = 5          # past `timeout check 2s`: both are marked down
+    time.sleep(6)
+    replies = [httpx.get(haproxy + "/", timeout=10) for _ in range(6)]
+    assert {r.status_code for r in replies} == {200}, [r.text for r in replies]
+    assert {r.text for r in replies} == {f"served by {s.server_port}" for s in upstreams}
+
+
+def test_a_dead_server_leaves_rotation_and_the_other_takes_everything(upstreams, haproxy):
+    assert len(served_by(haproxy)) == 2
+    dead = upstreams[0]
+    dead.shutdown()
+    dead.server_close()
+    time.sleep(3)                          # two failed checks 1 s apart
+    assert served_by(haproxy) == {f"served by {upstreams[1].server_port}"}
