@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 # The kinds of app.engine_client.error_kind after which another try may succeed: the engine
-# (or its copy) went away or was not there yet. A refusal (bad request, key, model) or a
+# (or its copy) refused the connection, closed it under the request, or is still loading. A refusal (bad request, key, model) or a
 # timeout (an engine that hangs, after request_timeout_s) would fail the same way again.
-RETRYABLE = frozenset({"unreachable", "interrupted", "loading"})
+RETRYABLE = frozenset({"unreachable", "cut", "loading"})
 
 Step = Literal["retry", "continue", "done", "give_up"]
 

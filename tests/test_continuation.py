@@ -21,12 +21,12 @@ def test_a_continuation_always_asks_for_at_least_one_token():
 def test_nothing_shown_is_retried_and_text_shown_is_continued():
     assert next_step("unreachable", "", 0, 100, 0.0, 30.0) == "retry"
     assert next_step("loading", "", 0, 100, 5.0, 30.0) == "retry"
-    assert next_step("interrupted", "one, two", 3, 100, 0.0, 30.0) == "continue"
+    assert next_step("cut", "one, two", 3, 100, 0.0, 30.0) == "continue"
     assert next_step("unreachable", "one, two", 3, 100, 0.0, 30.0) == "continue"
 
 
 def test_a_reply_cut_after_its_last_token_is_complete():
-    assert next_step("interrupted", "one, two", 100, 100, 0.0, 30.0) == "done"
+    assert next_step("cut", "one, two", 100, 100, 0.0, 30.0) == "done"
 
 
 def test_failures_another_try_cannot_mend_are_not_retried():
@@ -37,7 +37,7 @@ def test_failures_another_try_cannot_mend_are_not_retried():
 
 def test_the_wait_for_an_engine_is_bounded():
     assert next_step("unreachable", "", 0, 100, 30.0, 30.0) == "give_up"
-    assert next_step("interrupted", "text", 2, 100, 31.0, 30.0) == "give_up"
+    assert next_step("cut", "text", 2, 100, 31.0, 30.0) == "give_up"
     assert next_step("unreachable", "", 0, 100, 0.0, 0.0) == "give_up"  # a wait of 0: no retry
 
 
