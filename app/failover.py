@@ -20,6 +20,11 @@ from openai import AsyncOpenAI
 from app import engine_client as ec
 from app.continuation import ContinuationRequest, continuation_request, next_step, retry_delay_s
 
+# The chat says the reply waits once the tries at once and 0.5 s later failed too (1.5 s after
+# the cut): another copy would have taken it by then, and the supervisor, which looks every
+# 0.5 s, has said whether it is restarting the engine (server/engine_state.py).
+TELL_AFTER_TRIES = 4
+
 
 def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool) -> None:
     """The reply's figures from those of its latest part: its first token stays the first
@@ -52,8 +57,8 @@ async def resilient_reply(
     ``can_continue``: the server takes vLLM's ``continue_final_message`` and sends usage in
     every chunk (``ec.LIVE_USAGE`` in ``extra_body``), so a reply cut mid-stream can go on
     from its text; without it only a reply cut before its first token is sent again.
-    ``on_wait`` runs once, when the first immediate try failed too and the reply waits for
-    an engine to come back. The last failure is raised when waiting cannot help any more.
+    ``on_wait`` runs once, when the reply waits for an engine to come back
+    (``TELL_AFTER_TRIES``). The last failure is raised when waiting cannot help any more.
     Consume inside ``contextlib.aclosing``, as ``ec.stream_reply``.
     """
     request = ContinuationRequest(messages, max_tokens, extra_body or {})
@@ -87,7 +92,7 @@ async def resilient_reply(
             if step == "give_up" or (step == "continue" and not can_continue):
                 raise
             tries += 1
-            if tries >= 2 and not told:
+            if tries >= TELL_AFTER_TRIES and not told:
                 told = True
                 await on_wait()
             await asyncio.sleep(retry_delay_s(tries, wait_s - (time.monotonic() - failed_at)))

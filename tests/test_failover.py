@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from contextlib import aclosing
 
 import openai
@@ -97,15 +98,17 @@ async def test_a_reply_cut_before_its_first_token_is_sent_again_unchanged():
 
 
 async def test_the_chat_is_told_when_the_reply_waits_for_an_engine_to_come_back():
-    engine = Engine([("cut", 2), ("close",), ("close",), ("ok", 6)])
+    engine = Engine([("cut", 2), ("close",), ("close",), ("close",), ("ok", 6)])
     text, stats, waits, error = await reply(engine)
     assert error is None and text.split()[-1] == "w7" and waits == [True] and stats.continued == 1
 
 
 async def test_the_wait_is_bounded_and_the_text_so_far_kept():
     engine = Engine([("cut", 2)] + [("close",)] * 50)
-    text, stats, waits, error = await reply(engine, wait_s=1.2)
+    started = time.monotonic()
+    text, stats, waits, error = await reply(engine, wait_s=2.5)
     assert error is not None and text == "w0 w1 " and waits == [True]
+    assert 2.5 <= time.monotonic() - started < 3.5
     assert len(engine.bodies) < 8  # pauses between the tries, not a busy loop
 
 
