@@ -57,7 +57,7 @@ async def resilient_reply(
     ``can_continue``: the server takes vLLM's ``continue_final_message`` and sends usage in
     every chunk (``ec.LIVE_USAGE`` in ``extra_body``), so a reply cut mid-stream can go on
     from its text; without it only a reply cut before its first token is sent again.
-    ``on_wait`` runs once, when the reply waits for an engine to come back
+    ``on_wait`` runs once per outage, when the reply waits for an engine to come back
     (``TELL_AFTER_TRIES``). The last failure is raised when waiting cannot help any more.
     Consume inside ``contextlib.aclosing``, as ``ec.stream_reply``.
     """
@@ -66,8 +66,8 @@ async def resilient_reply(
     from_text = False          # the request continues text shown (a continuation)
     uncounted = False          # a cut the reply has not yet gone on from
     failed_at: Optional[float] = None
-    tries = 0                  # since the last failure
-    told = False
+    tries = 0                  # since the reply last made progress
+    told = False               # on_wait ran for this outage
     while True:
         part = ec.ReplyStats()
         try:
@@ -77,7 +77,7 @@ async def resilient_reply(
                 async for piece in pieces:
                     merge(stats, part, produced, from_text)
                     stats.continued += uncounted
-                    uncounted, failed_at, tries = False, None, 0
+                    uncounted, failed_at, tries, told = False, None, 0, False  # going again
                     shown += piece
                     yield piece
         except Exception as exc:
