@@ -25,9 +25,9 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, export, files_dir, live_view, login, origins, page_policy, regenerate,
-                 saved_chats, served_files, server_info, session_guard, session_tasks, token_count,
-                 upload_check, upload_limit)
+from app import (boot_cookie, export, failover, files_dir, live_view, login, origins, page_policy,
+                 regenerate, saved_chats, served_files, server_info, session_guard, session_tasks,
+                 token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -119,16 +119,26 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     kind = ec.error_kind(exc)
     if kind == "too_long":
         kind = "server_too_long"  # only a server that cannot count lets this happen
-    elif kind == "unreachable" and mid_reply:
-        kind = "interrupted"  # the connection broke after tokens came: the engine died
-    elif kind == "unreachable" and read_state(SETTINGS).get("state") in ("starting", "restarting"):
+    elif kind in ("unreachable", "cut") and mid_reply:
+        kind = "interrupted"  # tokens had come, then the engine went and none came back in time
+    elif kind == "unreachable" and engine_restarting():
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     SERVER.forget()
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     await show_error(text(lang(), kind, url=SETTINGS.engine_base_url,
                           seconds=SETTINGS.request_timeout_s, model=SETTINGS.served_model_name,
-                          detail=detail[:300]))
+                          detail=detail[:300], wait=SETTINGS.continue_wait_s))
+
+
+def engine_restarting() -> bool:
+    return read_state(SETTINGS).get("state") in ("starting", "restarting")
+
+
+async def say_waiting() -> None:
+    """A reply's engine stopped and no other took it at once: it goes on when one is back."""
+    await notice(text(lang(), "engine_restarting" if engine_restarting() else "engine_waiting",
+                      wait=SETTINGS.continue_wait_s))
 
 
 # --- chat set-up ---------------------------------------------------------------
@@ -282,10 +292,13 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     extra_body = sampling_extra(params, SETTINGS.ignore_eos and vllm) or {}
     if vllm and (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
         extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
-    pieces = LIVE.track(ec.stream_reply(
+    if vllm:
+        extra_body.update(ec.LIVE_USAGE)  # a reply cut mid-stream goes on from its count (failover)
+    pieces = LIVE.track(failover.resilient_reply(
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
-        extra_body=extra_body or None,
+        extra_body=extra_body or None, can_continue=vllm, wait_s=SETTINGS.continue_wait_s,
+        on_wait=say_waiting,
     ), stats)  # the live view's figures
     try:
         # Leaving the batcher sends what it holds, however the stream ends; leaving

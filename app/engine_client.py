@@ -62,6 +62,7 @@ class ReplyStats:
     prompt_tokens: Optional[int] = None
     completion_tokens: Optional[int] = None
     finish_reason: Optional[str] = None
+    continued: int = 0  # times the reply went on on another engine after its own stopped
 
     @property
     def ttft_s(self) -> Optional[float]:
@@ -83,9 +84,12 @@ class ReplyStats:
 
 # openai 3.x sends through httpx2, whose errors are not httpx's. A stream that breaks
 # or stalls while we read it is reported with the SDK's own exceptions, as its typed
-# stream does, so error_kind tells the user "interrupted" or "timeout", not "internal".
+# stream does, so error_kind tells the user "cut" or "timeout", not "internal".
 READ_TIMEOUTS = (httpx2.TimeoutException, httpx.TimeoutException)
 READ_FAILURES = (httpx2.TransportError, httpx.TransportError)
+# vLLM's usage in every chunk, not only the last: a reply cut mid-stream is continued with
+# max_tokens less what it had, and its figures count both parts (app/continuation.py).
+LIVE_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
 def sse_chunk(line: str) -> Optional[dict]:
@@ -175,19 +179,34 @@ def causes(exc: Optional[BaseException]) -> Iterator[BaseException]:
         exc = exc.__cause__
 
 
+# The connection broke after the request went: the engine closed it (it died or restarted
+# under the request), which is not "nothing listens there".
+CUT = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, httpx2.ReadError,
+       httpx2.RemoteProtocolError, httpx.ReadError, httpx.RemoteProtocolError)
+
+
 def error_kind(exc: BaseException) -> str:
     """Sort an exception from the client into the cases the chat explains differently."""
+    found = list(causes(exc))
     # The aiohttp transport maps every aiohttp.ClientConnectionError, a refused or dropped
     # connection included, to httpx2.ConnectTimeout: what the engine did is in the cause.
-    if any(isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, asyncio.TimeoutError)
-           for cause in causes(exc)):
+    if any(isinstance(cause, aiohttp.ClientConnectorError) for cause in found):
         return "unreachable"
+    if any(isinstance(cause, CUT) or (isinstance(cause, aiohttp.ClientConnectionError)
+                                      and not isinstance(cause, asyncio.TimeoutError)) for cause in found):
+        return "cut"
     if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
         return "timeout"
     if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
         return "unreachable"
+    status = (exc.response.status_code if isinstance(exc, httpx.HTTPStatusError)
+              else exc.status_code if isinstance(exc, openai.APIStatusError) else None)
+    if status == 503:
+        return "loading"
+    if status == 502:  # the balancer's: the engine copy it chose closed the connection
+        return "cut"
     if isinstance(exc, httpx.HTTPStatusError):
-        return "loading" if exc.response.status_code == 503 else "engine_error"
+        return "engine_error"
     if isinstance(exc, openai.AuthenticationError):
         return "auth"
     if isinstance(exc, openai.BadRequestError):
@@ -196,8 +215,6 @@ def error_kind(exc: BaseException) -> str:
         return "too_long" if any(s in str(exc) for s in too_long) else "bad_request"
     if isinstance(exc, openai.NotFoundError):
         return "model_missing"
-    if isinstance(exc, openai.APIStatusError) and exc.status_code == 503:
-        return "loading"
     if isinstance(exc, openai.APIError):
         return "engine_error"
     return "internal"

@@ -39,8 +39,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "unreachable": "The engine at {url} is not reachable. Is `./scripts/up` running? If it "
                        "was just started, vLLM may still be loading: try again in a minute.",
         "loading": "The engine is still starting or is restarting. Try again in a moment.",
-        "interrupted": "The engine stopped in the middle of this reply; the supervisor restarts "
-                       "it. The text above is kept; send your message again in a minute.",
+        "interrupted": "The engine stopped in the middle of this reply, and no engine answered "
+                       "within {wait:.0f} s to continue it. The text above is kept; send your "
+                       "message again in a minute.",
+        "cut": "The engine closed the connection before this reply began (it stopped or is "
+               "restarting), and no engine answered within {wait:.0f} s. Send your message "
+               "again in a minute.",
+        "engine_restarting": "⏳ The engine stopped during this reply and is restarting; the reply "
+                             "goes on here when it is back (waiting up to {wait:.0f} s).",
+        "engine_waiting": "⏳ The engine stopped answering during this reply; the reply goes on "
+                          "here if it is back within {wait:.0f} s.",
+        "continued": "↻ continued after its engine stopped",
         "timeout": "No reply from the engine for {seconds:.0f} s: it is overloaded or hung. "
                    "Try again; if it persists, check `llm.log` or run `./scripts/ernie-chat doctor`.",
         "auth": "The engine refused the API key. Set the same `ERNIE_API_KEY` for the engine and "
@@ -140,7 +149,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long": "您的消息有 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请缩短或分段发送。",
         "unreachable": "无法连接推理引擎 {url}。`./scripts/up` 是否在运行？如果刚刚启动，vLLM 可能仍在加载，请稍后再试。",
         "loading": "推理引擎正在启动或重启，请稍后再试。",
-        "interrupted": "推理引擎在回复过程中停止了，守护进程正在重启它。上面的文字已保留，请稍后重新发送消息。",
+        "interrupted": "推理引擎在回复过程中停止了，{wait:.0f} 秒内没有引擎可以接着生成。上面的文字已保留，"
+                       "请稍后重新发送消息。",
+        "cut": "推理引擎在回复开始前关闭了连接（已停止或正在重启），{wait:.0f} 秒内没有引擎响应。"
+               "请稍后重新发送消息。",
+        "engine_restarting": "⏳ 推理引擎在回复过程中停止了，正在重启；恢复后回复会在这里继续"
+                             "（最多等待 {wait:.0f} 秒）。",
+        "engine_waiting": "⏳ 推理引擎在回复过程中停止响应；如果它在 {wait:.0f} 秒内恢复，回复会在这里继续。",
+        "continued": "↻ 原引擎中断后已接着生成",
         "timeout": "推理引擎 {seconds:.0f} 秒没有响应：可能过载或卡住。请重试；如果持续出现，请查看 `llm.log` "
                    "或运行 `./scripts/ernie-chat doctor`。",
         "auth": "推理引擎拒绝了 API 密钥。请为引擎和应用设置相同的 `ERNIE_API_KEY`。",
@@ -214,7 +230,9 @@ def figures_line(lang: str, stats, seed: int | None = None) -> str:
     line = text(lang, "figures", ttft=ttft, tps=tps,
                 prompt=stats.prompt_tokens if stats.prompt_tokens is not None else "–",
                 completion=stats.completion_tokens if stats.completion_tokens is not None else "–")
-    return line if seed is None else f"{line} · {text(lang, 'seed_figure', seed=seed)}"
+    if seed is not None:
+        line += f" · {text(lang, 'seed_figure', seed=seed)}"
+    return f"{line} · {text(lang, 'continued')}" if stats.continued else line
 
 
 def refusal(lang: str, refused) -> str:

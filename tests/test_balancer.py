@@ -4,6 +4,7 @@ answer /health late at will; on a saturated 2-core machine it does so by itself)
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +19,7 @@ from server.stack.processes import free_port
 class Upstream(ThreadingHTTPServer):
     daemon_threads = True
     health_delay_s = 0.0
+    drop_posts = False  # close a POST's connection unanswered, as an engine dying under it
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -29,6 +31,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.drop_posts:
+            self.close_connection = True
+            return
+        self.do_GET()
 
     def log_message(self, *args):
         pass
@@ -48,7 +57,7 @@ def upstreams():
 @pytest.fixture
 def haproxy(upstreams, tmp_path):
     port = free_port()
-    front = balancer.Frontend("engine", "127.0.0.1", port, health_path="/health",
+    front = balancer.Frontend("engine", "127.0.0.1", port, health_path="/health", replay=True,
                               servers=tuple(balancer.Backend("127.0.0.1", s.server_port) for s in upstreams))
     config = balancer.BalancerConfig((front,), max_connections=balancer.max_connections(balancer.open_files_limit()))
     process = balancer.managed_haproxy(config, tmp_path / "haproxy.cfg", tmp_path / "haproxy.log",
@@ -86,3 +95,29 @@ def test_a_dead_server_leaves_rotation_and_the_other_takes_everything(upstreams,
     dead.server_close()
     time.sleep(3)                          # two failed checks 1 s apart
     assert served_by(haproxy) == {f"served by {upstreams[1].server_port}"}
+
+
+def post_chats(url: str, n: int = 4) -> list[httpx.Response]:
+    body = {"messages": [{"role": "user", "content": "x" * 4000}], "stream": True}
+    return [httpx.post(url + "/v1/chat/completions", json=body, timeout=10) for _ in range(n)]
+
+
+def test_a_request_its_server_drops_unanswered_is_answered_by_another(upstreams, haproxy):
+    """A chat request (a POST with its body) on a copy that closes the connection before any
+    byte of the answer (an engine dying under it): HAProxy sends it to the other copy."""
+    upstreams[0].drop_posts = True
+    replies = post_chats(haproxy)
+    assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
+    assert {r.text for r in replies} == {f"served by {upstreams[1].server_port}"}
+
+
+def test_a_server_that_refuses_connections_is_down_at_once_not_after_its_checks(
+        upstreams, haproxy, tmp_path):
+    dead = upstreams[0]
+    dead.shutdown()
+    dead.server_close()
+    replies = post_chats(haproxy)
+    assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
+    log = (tmp_path / "haproxy.log").read_text()
+    # "Health analyze": taken down by what the requests met, before two checks could fail.
+    assert re.search(r"engine0 is DOWN, reason: Health analyze.*L4 unsuccessful connection", log), log

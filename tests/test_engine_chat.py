@@ -14,6 +14,7 @@ from app import engine_client as ec
 # Imported here, not in a test: Chainlit writes a .chainlit/ folder into the working
 # directory it is first imported from, and the tests run in tests/.
 from app.chat_settings import ChatParams, sampling_extra
+from app.continuation import continuation_request
 from app.history import Conversation, TooLong, fit
 from app.server_info import probe
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
@@ -203,3 +204,31 @@ def test_the_engine_up_starts_keeps_an_idle_connection_past_vllms_own_5_s(engine
         assert sockets[0] is sockets[1], "the second request needed a new connection"
     finally:
         connection.close()
+
+
+async def test_a_cut_reply_continues_from_its_text_with_the_models_template(engine, client):
+    """continue_final_message with the demo model's chat template: the text shown so far is
+    the start of the assistant's turn (no end of turn after it), so greedy decoding goes on
+    exactly where the whole reply went, and the token counts add up."""
+    settings, _ = engine
+    messages = [{"role": "user", "content": "Tell me a long story about the sea."}]
+    extra = {"ignore_eos": True, **ec.LIVE_USAGE}
+
+    async def greedy(messages, max_tokens, extra_body):
+        stats, pieces, counts = ec.ReplyStats(), [], []
+        async for piece in ec.stream_reply(client, settings.served_model_name, messages, stats,
+                                           temperature=0.0, top_p=1.0, max_tokens=max_tokens,
+                                           extra_body=extra_body):
+            pieces.append(piece)
+            counts.append(stats.completion_tokens)  # the live count, as the chat reads it at a cut
+        return pieces, counts, stats
+
+    whole, counts, whole_stats = await greedy(messages, 40, extra)
+    assert whole_stats.completion_tokens == 40 and counts[-1] == 40
+    cut = len(whole) // 2
+    shown, produced = "".join(whole[:cut]), counts[cut - 1]
+    request = continuation_request(messages, shown, 40, produced, extra)
+    rest, _, rest_stats = await greedy(request.messages, request.max_tokens, request.extra_body)
+    assert produced + rest_stats.completion_tokens == 40
+    assert rest_stats.prompt_tokens == whole_stats.prompt_tokens + produced
+    assert shown + "".join(rest) == "".join(whole)

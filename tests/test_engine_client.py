@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -66,14 +67,14 @@ async def read_reply(server, read_timeout_s=5.0):
     return pieces, info.value
 
 
-async def test_a_stream_cut_mid_reply_is_reported_as_interrupted():
+async def test_a_stream_cut_mid_reply_is_reported_as_cut_not_unreachable():
     async def cut(writer):
         writer.transport.abort()
     server = await stub_engine(cut)
     async with server:
         pieces, error = await read_reply(server)
     assert pieces == ["word "] * 3          # what came before the cut is kept
-    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "unreachable"
+    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "cut"
 
 
 async def test_a_stream_that_stalls_mid_reply_times_out():
@@ -86,9 +87,10 @@ async def test_a_stream_that_stalls_mid_reply_times_out():
     assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
 
 
-async def test_a_connection_dropped_before_the_answer_is_unreachable_not_a_timeout():
+async def test_a_connection_dropped_before_the_answer_is_cut_not_a_timeout():
     """The client's aiohttp transport reports any dropped connection as httpx2's ConnectTimeout:
-    the chat must still say the engine is not reachable (it died), not that it is slow."""
+    the chat must still say the engine closed it (it died), not that it is slow, nor that
+    nothing listens there (the request reached it)."""
     async def handle(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
         writer.transport.abort()
@@ -96,7 +98,27 @@ async def test_a_connection_dropped_before_the_answer_is_unreachable_not_a_timeo
     async with server:
         pieces, error = await read_reply(server)
     assert pieces == []
-    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "unreachable"
+    assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "cut"
+
+
+async def test_a_refused_connection_is_unreachable():
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{port}")
+    with pytest.raises(Exception) as info:
+        await anext(stream_reply(make_client(settings), "m", [], ReplyStats(),
+                                 temperature=1.0, top_p=1.0, max_tokens=8))
+    assert error_kind(info.value) == "unreachable"
+
+
+def test_the_balancers_bad_gateway_is_a_cut_and_its_unavailable_a_loading_engine():
+    request = httpx.Request("POST", "http://engine/v1/chat/completions")
+    for status, kind in ((502, "cut"), (503, "loading"), (500, "engine_error")):
+        response = httpx.Response(status, request=request)
+        assert error_kind(openai.APIStatusError("x", response=response, body=None)) == kind
+        assert error_kind(httpx.HTTPStatusError("x", request=request, response=response)) == kind
 
 
 async def test_the_request_body_carries_the_chat_as_given():

@@ -86,6 +86,13 @@ def test_an_empty_reply_is_incomplete_not_complete():
     assert not chat(0, streamed="").complete
 
 
+def test_a_reply_continued_on_another_engine_is_complete_and_says_so():
+    record = chat(0, final="Hello there\n\n*⏱ 40.0 tok/s · 3 + 12 reply tokens · "
+                           "↻ continued after its engine stopped*")
+    assert record.complete and record.continued and record.reply_tokens == 12
+    assert not chat(0).continued and chat(0).as_dict()["continued"] is False
+
+
 def test_a_message_id_in_two_chats_is_crossed_once():
     records = [chat(0, ids={"w0", "r0"}), chat(1, ids={"w1", "r1", "r0"}), chat(2)]
     assert count_crossed(records) == 1

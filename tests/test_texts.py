@@ -15,7 +15,7 @@ def placeholders(template: str) -> set[str]:
 
 
 def sample_values(template: str) -> dict:
-    return {name: 1.5 if name == "seconds" else f"<{name}>" for name in placeholders(template)}
+    return {name: 1.5 if name in ("seconds", "wait") else f"<{name}>" for name in placeholders(template)}
 
 
 def test_both_languages_have_the_same_keys():
@@ -65,6 +65,15 @@ def test_figures_line_in_chinese():
 def test_figures_line_without_figures_shows_dashes():
     line = figures_line("en", ReplyStats(started=10.0))
     assert line == "– to first token · – tok/s · – prompt + – reply tokens"
+
+
+def test_figures_line_says_when_the_reply_was_continued_after_its_engine_stopped():
+    stats = finished_stats()
+    stats.continued = 1
+    assert figures_line("en", stats, seed=42).endswith(
+        "11 reply tokens · seed 42 · ↻ continued after its engine stopped")
+    assert figures_line("zh", stats).endswith("个 token · ↻ 原引擎中断后已接着生成")
+    assert "↻" not in figures_line("en", finished_stats())
 
 
 def test_figures_line_shows_the_seed_when_one_is_set():

@@ -65,6 +65,13 @@ class ChatSettings(BaseModel):
     request_timeout_s: float = Field(
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
     )
+    continue_wait_s: float = Field(
+        180, ge=0, le=3600, description="Seconds a reply whose engine stopped (killed, crashed, "
+        "restarted) waits for an engine to go on with it: another engine copy takes it at once; "
+        "with one copy the chat says the engine is restarting and the reply goes on when the "
+        "supervisor has it back (a CPU vLLM takes 60-100 s). After this the chat shows the "
+        "error, the text so far kept; 0 shows it at once.",
+    )
     engine_keepalive_s: Optional[float] = Field(
         None, gt=0, le=3600, description="Seconds the app keeps an idle connection to the engine "
         "for the next message. It must stay under the engine's own limit (vLLM closes an idle "

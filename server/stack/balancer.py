@@ -46,6 +46,9 @@ STREAM_TIMEOUT = "1h"
 STICKY_COOKIE = "ERNIE_WORKER"
 # Down after two failed checks 1 s apart: a dead worker or copy leaves rotation in ~2 s.
 CHECK = "check inter 1s fall 2 rise 1"
+# A server that fails a request outright (refused, closed before answering, 5xx) is down at
+# once, not after two checks; one good check (1 s later) brings a wrongly downed one back.
+OBSERVE = " observe layer7 error-limit 1 on-error mark-down"
 # A browser or client sends a request's headers in well under a second; a slowloris never does.
 HEADER_TIMEOUT = "10s"
 KEY_ENV = "ERNIE_ENGINE_KEY"
@@ -76,6 +79,7 @@ class Frontend:
     keyed: bool = False        # every request but GET /health needs the key in KEY_ENV
     per_client: int = 0        # connections at once from one address; 0: no limit
     trusted: tuple[str, ...] = ()  # sources the per-client limit leaves alone
+    replay: bool = False       # a request no server answered goes to another (retry_elsewhere)
 
 
 @dataclass(frozen=True)
@@ -134,11 +138,37 @@ def render_haproxy(config: BalancerConfig) -> str:
             # The workers see the browser's own address, for the login throttle (app/login.py).
             lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly",
                       "    option forwardfor"]
+        lines += retry_elsewhere(front)
         for i, server in enumerate(front.servers):
             cookie = f" cookie w{i}" if front.sticky else ""
-            lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
+            lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}"
+                         f"{OBSERVE if front.replay else ''}{cookie}")
         lines += last_resort(front)
     return "\n".join(lines) + "\n"
+
+
+def retry_elsewhere(front: Frontend) -> list[str]:
+    """A request whose server refused the connection, closed it or answered 502/503/504
+    before any byte of the answer is sent again, to another server; that server leaves
+    rotation at once instead of after two failed checks.
+
+    For the engine: a chat request is safe to send twice only while nothing of its answer
+    came back (then no token reached anyone, and vLLM aborts a request whose connection is
+    gone). HAProxy copies a request for such a retry only when the whole of it, body
+    included, is in before the first byte goes to the server (HAProxy 2.6 drops L7 retries
+    for a request whose ``msg_state`` is not DONE at that moment), so ``http-buffer-request``
+    waits for the body first; a request larger than one buffer (tune.bufsize, 16 kB, less
+    its 1 kB reserve) still gets only connection-failure retries, and the app's own retry
+    (app/failover.py) covers it. ``redispatch 1``: every retry goes to another server, not
+    the dead one again. 500 is not retried: vLLM says that for a request that failed, which
+    would fail on the other copy too.
+    """
+    if not front.replay:
+        return []
+    return ["    option http-buffer-request",
+            "    retry-on conn-failure empty-response response-timeout 0rtt-rejected 502 503 504",
+            "    option redispatch 1",
+            f"    retries {max(2, len(front.servers))}"]
 
 
 def last_resort(front: Frontend) -> list[str]:

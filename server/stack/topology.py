@@ -134,6 +134,6 @@ def balancer_config(topology: Topology, settings: Settings,
                                   tuple(Backend(c.host, c.port) for c in topology.copies),
                                   health_path="/health", keyed=exposed,
                                   per_client=limit if exposed else 0,
-                                  trusted=("127.0.0.0/8", "::1")))
+                                  trusted=("127.0.0.0/8", "::1"), replay=True))
     return (BalancerConfig(tuple(frontends), max_connections, settings.engine_keepalive_limit_s)
             if frontends else None)

@@ -36,6 +36,9 @@ FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
 TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
 # The reply's token count in its figures line: "... + 212 reply tokens" / "... + 回复 212 个 token".
 REPLY_TOKENS = re.compile(r"\+ (?:回复 )?(\d+)")
+# Starts app/texts "continued" in the figures line, in every language: the reply's engine
+# stopped and the reply went on on another (app/failover.py).
+CONTINUED_MARK = "↻"
 
 
 @dataclass
@@ -80,10 +83,18 @@ class SessionRecord:
         found = REPLY_TOKENS.search(figures.group()) if figures else None
         return int(found.group(1)) if found else None
 
+    @property
+    def continued(self) -> bool:
+        """The reply's engine stopped under it and the reply went on on another, as its
+        figures line says."""
+        figures = FIGURES_TAIL.search(self.final or "")
+        return figures is not None and CONTINUED_MARK in figures.group()
+
     def as_dict(self) -> dict:
         out = asdict(self)
         out.update(message_ids=sorted(self.message_ids), tags_seen=sorted(self.tags_seen),
-                   replied=self.replied, complete=self.complete, reply_tokens=self.reply_tokens)
+                   replied=self.replied, complete=self.complete, reply_tokens=self.reply_tokens,
+                   continued=self.continued)
         return out
 
     @classmethod

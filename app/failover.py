@@ -1,0 +1,106 @@
+"""A reply that outlives the engine serving it: sent again before its first token, continued after.
+
+``stream_answer`` (app/chat.py) reads a reply's pieces from :func:`resilient_reply` instead of
+the engine's stream. When the stream fails in a way another try can mend (the engine refused
+the connection, closed it, or said it is loading: app/continuation.next_step), the reply goes
+on on whichever engine answers: at once on another copy behind the balancer, or on the same
+engine once the supervisor has restarted it. The wait is bounded by ERNIE_CONTINUE_WAIT_S,
+counted from the failure; a reply that makes progress again starts a new count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+from typing import AsyncIterator, Awaitable, Callable, Optional
+
+from openai import AsyncOpenAI
+
+from app import engine_client as ec
+from app.continuation import ContinuationRequest, continuation_request, next_step, retry_delay_s
+
+# The chat says the reply waits once the tries at once and 0.5 s later failed too (1.5 s after
+# the cut): another copy would have taken it by then, and the supervisor, which looks every
+# 0.5 s, has said whether it is restarting the engine (server/engine_state.py).
+TELL_AFTER_TRIES = 4
+
+
+def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool) -> None:
+    """The reply's figures from those of its latest part: its first token stays the first
+    part's, its prompt the one the user's message made (a continuation's prompt holds the
+    reply so far), its reply tokens those of every part."""
+    stats.first_token_at = stats.first_token_at or part.first_token_at
+    if part.prompt_tokens is not None and stats.prompt_tokens is None:
+        stats.prompt_tokens = part.prompt_tokens - produced if continuation else part.prompt_tokens
+    if part.completion_tokens is not None:
+        stats.completion_tokens = produced + part.completion_tokens
+    stats.finish_reason = part.finish_reason or stats.finish_reason
+
+
+async def resilient_reply(
+    client: AsyncOpenAI,
+    model: str,
+    messages: list[dict],
+    stats: ec.ReplyStats,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    extra_body: Optional[dict],
+    can_continue: bool,
+    wait_s: float,
+    on_wait: Callable[[], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """Yield the reply's pieces as ``ec.stream_reply`` does, across failed engines.
+
+    ``can_continue``: the server takes vLLM's ``continue_final_message`` and sends usage in
+    every chunk (``ec.LIVE_USAGE`` in ``extra_body``), so a reply cut mid-stream can go on
+    from its text; without it only a reply cut before its first token is sent again.
+    ``on_wait`` runs once per outage, when the reply waits for an engine to come back
+    (``TELL_AFTER_TRIES``). The last failure is raised when waiting cannot help any more.
+    Consume inside ``contextlib.aclosing``, as ``ec.stream_reply``.
+    """
+    request = ContinuationRequest(messages, max_tokens, extra_body or {})
+    shown, produced = "", 0    # the text and tokens of the parts before this one
+    from_text = False          # the request continues text shown (a continuation)
+    uncounted = False          # a cut the reply has not yet gone on from
+    failed_at: Optional[float] = None
+    tries = 0                  # since the reply last made progress
+    told = False               # on_wait ran for this outage
+    while True:
+        part = ec.ReplyStats()
+        try:
+            async with aclosing(ec.stream_reply(
+                    client, model, request.messages, part, temperature=temperature, top_p=top_p,
+                    max_tokens=request.max_tokens, extra_body=request.extra_body or None)) as pieces:
+                async for piece in pieces:
+                    merge(stats, part, produced, from_text)
+                    stats.continued += uncounted
+                    uncounted, failed_at, tries, told = False, None, 0, False  # going again
+                    shown += piece
+                    yield piece
+        except Exception as exc:
+            merge(stats, part, produced, from_text)
+            produced = stats.completion_tokens or produced
+            now = time.monotonic()
+            failed_at = failed_at or now
+            step = next_step(ec.error_kind(exc), shown, produced, max_tokens, now - failed_at, wait_s)
+            if step == "done":
+                stats.finish_reason, stats.finished_at = "length", time.perf_counter()
+                return
+            if step == "give_up" or (step == "continue" and not can_continue):
+                raise
+            tries += 1
+            if tries >= TELL_AFTER_TRIES and not told:
+                told = True
+                await on_wait()
+            await asyncio.sleep(retry_delay_s(tries, wait_s - (time.monotonic() - failed_at)))
+            if step == "continue":
+                from_text = uncounted = True
+                request = continuation_request(messages, shown, max_tokens, produced, extra_body)
+            continue
+        merge(stats, part, produced, from_text)
+        stats.continued += uncounted  # a continuation with nothing more to say still went on
+        stats.finished_at = part.finished_at
+        return

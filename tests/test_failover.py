@@ -1,0 +1,118 @@
+"""app/failover: a reply across engines that fail under it.
+
+A fake upstream (a few lines of asyncio) plays the engine: it cuts a stream after a chosen
+number of tokens or refuses a request, which a real vLLM does not do on demand. The real
+kill -9 of an engine under a reply is in tests/test_faults.py (one copy) and
+tests/test_scale.py (two copies behind HAProxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import aclosing
+
+import openai
+
+from app.engine_client import ReplyStats, make_client
+from app.failover import resilient_reply
+from server.settings import Settings
+
+
+class Engine:
+    """Serves each request from a script: ("cut", n) streams n tokens then drops the
+    connection, ("close",) drops it before answering, ("ok", n) streams n tokens and ends."""
+
+    def __init__(self, script):
+        self.script, self.bodies = list(script), []
+
+    async def handle(self, reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        body = json.loads(await reader.readexactly(length))
+        self.bodies.append(body)
+        action, *n = self.script.pop(0)
+        if action == "close":
+            writer.transport.abort()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        start = 0 if body["messages"][-1]["role"] == "user" else len(body["messages"][-1]["content"].split())
+        prompt = 10 + start
+        for i in range(n[0]):
+            data = json.dumps({"choices": [{"delta": {"content": f"w{start + i} "}}],
+                               "usage": {"prompt_tokens": prompt, "completion_tokens": i + 1}}).encode()
+            piece = b"data: %s\n\n" % data
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        if action == "cut":
+            writer.transport.abort()
+            return
+        done = b"data: [DONE]\n\n"
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        await writer.drain()
+        writer.close()
+
+
+async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8):
+    server = await asyncio.start_server(engine.handle, "127.0.0.1", 0)
+    waits = []
+
+    async def on_wait():
+        waits.append(True)
+    async with server:
+        settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        stats, pieces = ReplyStats(), []
+        messages = [{"role": "user", "content": "Count."}]
+        try:
+            async with aclosing(resilient_reply(
+                    make_client(settings), "m", messages, stats, temperature=0.0, top_p=1.0,
+                    max_tokens=max_tokens, extra_body={"seed": 1}, can_continue=can_continue,
+                    wait_s=wait_s, on_wait=on_wait)) as stream:
+                async for piece in stream:
+                    pieces.append(piece)
+        except openai.APIError as exc:
+            return "".join(pieces), stats, waits, exc
+    return "".join(pieces), stats, waits, None
+
+
+async def test_a_reply_cut_mid_stream_goes_on_from_its_text_as_one_reply():
+    engine = Engine([("cut", 3), ("ok", 5)])
+    text, stats, waits, error = await reply(engine)
+    assert error is None and text == "w0 w1 w2 w3 w4 w5 w6 w7 "
+    assert (stats.continued, stats.prompt_tokens, stats.completion_tokens) == (1, 10, 8)
+    again = engine.bodies[1]
+    assert again["messages"][-1] == {"role": "assistant", "content": "w0 w1 w2 "}
+    assert (again["max_tokens"], again["continue_final_message"], again["add_generation_prompt"],
+            again["seed"]) == (5, True, False, 1)
+    assert not waits  # another engine took it at once: nothing to tell
+
+
+async def test_a_reply_cut_before_its_first_token_is_sent_again_unchanged():
+    engine = Engine([("close",), ("ok", 8)])
+    text, stats, waits, error = await reply(engine)
+    assert error is None and len(text.split()) == 8 and stats.continued == 0
+    assert engine.bodies[0] == engine.bodies[1]
+
+
+async def test_the_chat_is_told_when_the_reply_waits_for_an_engine_to_come_back():
+    engine = Engine([("cut", 2), ("close",), ("close",), ("close",), ("ok", 6)])
+    text, stats, waits, error = await reply(engine)
+    assert error is None and text.split()[-1] == "w7" and waits == [True] and stats.continued == 1
+
+
+async def test_the_wait_is_bounded_and_the_text_so_far_kept():
+    engine = Engine([("cut", 2)] + [("close",)] * 50)
+    started = time.monotonic()
+    text, stats, waits, error = await reply(engine, wait_s=2.5)
+    assert error is not None and text == "w0 w1 " and waits == [True]
+    assert 2.5 <= time.monotonic() - started < 3.5
+    assert len(engine.bodies) < 8  # pauses between the tries, not a busy loop
+
+
+async def test_a_server_that_cannot_continue_keeps_the_cut_as_an_error():
+    engine = Engine([("cut", 2), ("ok", 6)])
+    text, stats, waits, error = await reply(engine, can_continue=False)
+    assert error is not None and text == "w0 w1 " and len(engine.bodies) == 1
