@@ -66,15 +66,16 @@ async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8):
         settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
         stats, pieces = ReplyStats(), []
         messages = [{"role": "user", "content": "Count."}]
-        try:
-            async with aclosing(resilient_reply(
-                    make_client(settings), "m", messages, stats, temperature=0.0, top_p=1.0,
-                    max_tokens=max_tokens, extra_body={"seed": 1}, can_continue=can_continue,
-                    wait_s=wait_s, on_wait=on_wait)) as stream:
-                async for piece in stream:
-                    pieces.append(piece)
-        except openai.APIError as exc:
-            return "".join(pieces), stats, waits, exc
+        async with make_client(settings) as client:
+            try:
+                async with aclosing(resilient_reply(
+                        client, "m", messages, stats, temperature=0.0, top_p=1.0,
+                        max_tokens=max_tokens, extra_body={"seed": 1}, can_continue=can_continue,
+                        wait_s=wait_s, on_wait=on_wait)) as stream:
+                    async for piece in stream:
+                        pieces.append(piece)
+            except openai.APIError as exc:
+                return "".join(pieces), stats, waits, exc
     return "".join(pieces), stats, waits, None
 
 
