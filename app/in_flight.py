@@ -17,10 +17,10 @@ How a chat can lose the connection its reply streams to, and what keeps the repl
   task (so Stop reaches the reply).
 - **The worker dies**: the browser's socket comes back to another worker, which has none
   of the chat in memory.  While a reply streams, its text so far is written to the saved
-  chat every :data:`SAVE_EVERY_S`: the reply's own step, with a marker in its metadata
+  chat every :data:`SAVE_EVERY_S` (less often in a crowd): the reply's own step, with a marker in its metadata
   (:class:`Marker`: which process writes it, when it last did, the sampling asked).  A
   worker that resumes the chat and finds a marked reply whose writer has been quiet for
-  :data:`QUIET_S` takes it over (:func:`orphan_of`, :func:`wait_for_quiet`): it continues
+  :data:`QUIET_SAVES` of its intervals takes it over (:func:`orphan_of`, :func:`wait_for_quiet`): it continues
   the text with vLLM's ``continue_final_message`` (:func:`request_for`), and the saved
   step ends up holding the whole reply.
 
@@ -47,15 +47,20 @@ from chainlit.user_session import user_sessions
 
 from app.boot_cookie import BOOT_ID
 from app.continuation import continuation_request
+from app.token_batcher import STREAMING
 
 LOG = logging.getLogger(__name__)
 
-# One write per streaming reply per second: at 1,000 replies at once, 1,000 small upserts
-# a second, which PostgreSQL takes in its stride (docs/chat.md, "What survives what").
+# A reply's text is saved every second, less often when many replies stream in this
+# process: a save cost the app 1.3-2.4 ms of CPU (an UPDATE through Chainlit's SQLAlchemy
+# layer, PostgreSQL on this machine; docs/chat.md, "What survives what"), so a process makes
+# at most SAVES_PER_S of them a second, a few percent of a core, whatever the crowd.
 SAVE_EVERY_S = 1.0
-# A writer quiet for this long is gone: a few missed writes, well under a browser's wait.
-QUIET_S = 5.0 * SAVE_EVERY_S
+SAVES_PER_S = 50.0
+# A writer quiet for this many of its own intervals is gone: a few missed saves.
+QUIET_SAVES = 5.0
 MARK = "in_flight"  # the metadata key of a reply still being written
+UPDATE = 'UPDATE steps SET "output" = :output, "metadata" = :metadata WHERE "id" = :id'
 # What a resumed page takes over from the session that streams its reply (app/chat.py).
 SESSION_KEYS = ("conversation", "budget", "params", "server", "engine_model", "is_demo", "task",
                 "asked_at")
@@ -67,6 +72,7 @@ class Marker:
 
     owner: str
     at: float
+    every_s: float  # how often it saves
     temperature: float
     top_p: float
     max_tokens: int
@@ -93,7 +99,7 @@ def marker_of(metadata) -> Optional[Marker]:
         return None
     try:
         return Marker(owner=str(found["owner"]), at=float(found["at"]),
-                      temperature=float(found["temperature"]), top_p=float(found["top_p"]),
+                      every_s=float(found["every_s"]), temperature=float(found["temperature"]), top_p=float(found["top_p"]),
                       max_tokens=int(found["max_tokens"]))
     except (KeyError, TypeError, ValueError):
         return None  # a marker this version did not write: not ours to continue
@@ -114,9 +120,14 @@ def orphan_of(thread: dict, boot_id: str = BOOT_ID) -> Optional[Partial]:
     return last
 
 
+def save_interval(streaming: int) -> float:
+    """Seconds between two saves of a reply, with ``streaming`` replies in this process."""
+    return max(SAVE_EVERY_S, streaming / SAVES_PER_S)
+
+
 def quiet_for(marker: Marker, now: float) -> float:
     """Seconds left before the marker's writer counts as gone (0: now)."""
-    return max(0.0, marker.at + QUIET_S - now)
+    return max(0.0, marker.at + QUIET_SAVES * marker.every_s - now)
 
 
 # --- this process's replies ---------------------------------------------------------------
@@ -132,7 +143,7 @@ class Keeper:
     """
 
     reply: cl.Message
-    marker: Callable[[], Marker]
+    marker: Callable[[float], Marker]  # for the interval the reply is saved at
     session: WebsocketSession = field(default_factory=lambda: cl.context.session)
     _saver: Optional[asyncio.Task] = None
     _saved: bool = False
@@ -152,7 +163,7 @@ class Keeper:
             from chainlit.utils import utc_now
             self.reply.created_at = utc_now()
         if _layer() is not None:
-            self._saver = asyncio.create_task(self._save_every(SAVE_EVERY_S))
+            self._saver = asyncio.create_task(self._save_while_streaming())
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -164,28 +175,34 @@ class Keeper:
         with suppress(asyncio.CancelledError):
             await self._saver
         if self.reply.content:
-            await self._write(marked=False)
+            await self._write()
         elif self._saved:
             await _layer().delete_step(self.reply.id)
         if self.writes:
             LOG.debug("reply %s: %d saves, %.1f ms each", self.reply.id, self.writes,
                       1000 * self.write_s / self.writes)
 
-    async def _save_every(self, every_s: float) -> None:
+    async def _save_while_streaming(self) -> None:
         while True:
+            every_s = save_interval(STREAMING.count)
             try:
-                await self._write(marked=True)
+                await self._write(every_s)
             except Exception as exc:  # the reply goes on; only its takeover is at risk
                 LOG.warning("saving the reply in flight failed: %s", exc)
             await asyncio.sleep(every_s)
 
-    async def _write(self, marked: bool) -> None:
-        step = self.reply.to_dict()
-        step["output"] = self.reply.content
-        if marked:
-            step["metadata"] = {**(self.reply.metadata or {}), MARK: asdict(self.marker())}
+    async def _write(self, every_s: Optional[float] = None) -> None:
+        """Save the text so far, marked as in flight unless ``every_s`` is None (it ended)."""
+        metadata = dict(self.reply.metadata or {})
+        if every_s is not None:
+            metadata[MARK] = asdict(self.marker(every_s))
         started = time.perf_counter()
-        await _layer().create_step(step)  # an upsert: the same row each time
+        if self._saved:  # the row exists: only its text and marker change
+            await _layer().execute_sql(UPDATE, {"id": self.reply.id, "output": self.reply.content,
+                                                "metadata": json.dumps(metadata)})
+        else:
+            await _layer().create_step({**self.reply.to_dict(), "output": self.reply.content,
+                                        "metadata": metadata})
         self.write_s += time.perf_counter() - started
         self.writes += 1
         self._saved = True
@@ -199,8 +216,8 @@ def _layer():
     return get_data_layer()
 
 
-def marker_now(temperature: float, top_p: float, max_tokens: int) -> Callable[[], Marker]:
-    return lambda: Marker(BOOT_ID, time.time(), temperature, top_p, max_tokens)
+def marker_now(temperature: float, top_p: float, max_tokens: int) -> Callable[[float], Marker]:
+    return lambda every_s: Marker(BOOT_ID, time.time(), every_s, temperature, top_p, max_tokens)
 
 
 async def attach(thread_id: str) -> bool:
@@ -260,7 +277,7 @@ def request_for(partial: Optional[Partial], messages: list[dict], max_tokens: in
 
 async def wait_for_quiet(partial: Partial, sleep=asyncio.sleep,
                          clock: Callable[[], float] = time.time) -> Optional[Partial]:
-    """The reply as saved once its writer has been quiet for ``QUIET_S``, to be continued;
+    """The reply as saved once its writer has been quiet long enough, to be continued;
     None if it wrote again meanwhile (it lives: only one process continues a reply) or
     finished, in which case the page is sent the finished reply instead of its start."""
     await sleep(quiet_for(partial.marker, clock()))

@@ -9,7 +9,8 @@ from app import in_flight
 from app.in_flight import Marker, Partial, marker_of, orphan_of, quiet_for, request_for
 from app.saved_chats import conversation_from_thread
 
-MARK = {"owner": "dead0001", "at": 1000.0, "temperature": 0.7, "top_p": 0.9, "max_tokens": 300}
+MARK = {"owner": "dead0001", "at": 1000.0, "every_s": 1.0, "temperature": 0.7, "top_p": 0.9,
+        "max_tokens": 300}
 
 
 def thread(*steps: dict) -> dict:
@@ -27,7 +28,7 @@ def reply(step_id: str, text: str, at: str, mark=None, as_json=False) -> dict:
 
 
 def test_a_marker_is_read_from_a_dict_or_the_databases_json_and_a_foreign_one_is_ignored():
-    expected = Marker("dead0001", 1000.0, 0.7, 0.9, 300)
+    expected = Marker("dead0001", 1000.0, 1.0, 0.7, 0.9, 300)
     assert marker_of({in_flight.MARK: MARK}) == expected
     assert marker_of(json.dumps({"kind": "reply", in_flight.MARK: MARK})) == expected
     assert marker_of({"kind": "reply"}) is None and marker_of("") is None and marker_of(None) is None
@@ -59,7 +60,7 @@ def test_a_reply_in_flight_is_not_history_yet():
 
 def test_a_carried_on_reply_asks_vllm_to_continue_its_text_within_what_is_left():
     asked = [{"role": "user", "content": "Tell me a story."}]
-    partial = Partial("r", "Once upon", "u", "Tell me a story.", Marker("x", 1.0, 0.7, 0.9, 300), tokens=40)
+    partial = Partial("r", "Once upon", "u", "Tell me a story.", Marker("x", 1.0, 1.0, 0.7, 0.9, 300), tokens=40)
     messages, max_tokens, body = request_for(partial, asked, 300, {"stream_interval": 4})
     assert messages == [*asked, {"role": "assistant", "content": "Once upon"}] and max_tokens == 260
     assert body == {"stream_interval": 4, "continue_final_message": True, "add_generation_prompt": False}
@@ -69,7 +70,9 @@ def test_a_carried_on_reply_asks_vllm_to_continue_its_text_within_what_is_left()
     assert request_for(None, asked, 300, {}) == (asked, 300, {})
 
 
-def test_a_writer_counts_as_gone_after_it_was_quiet_long_enough():
-    marker = Marker("x", 1000.0, 0.7, 0.9, 300)
-    assert quiet_for(marker, 1000.0) == in_flight.QUIET_S
-    assert quiet_for(marker, 1000.0 + in_flight.QUIET_S + 1) == 0.0
+def test_a_crowd_is_saved_less_often_and_a_writer_is_gone_after_a_few_of_its_intervals():
+    assert in_flight.save_interval(1) == in_flight.save_interval(50) == in_flight.SAVE_EVERY_S
+    assert in_flight.save_interval(200) == 200 / in_flight.SAVES_PER_S  # at most SAVES_PER_S a second
+    marker = Marker("x", 1000.0, 2.0, 0.7, 0.9, 300)
+    assert quiet_for(marker, 1000.0) == in_flight.QUIET_SAVES * 2.0
+    assert quiet_for(marker, 1000.0 + in_flight.QUIET_SAVES * 2.0 + 1) == 0.0
