@@ -346,3 +346,19 @@ def test_without_reconnecting_a_dropped_socket_ends_the_turn():
     session.sent_at = time.perf_counter()
     session._on_disconnect("transport close")
     assert session.turn_done.is_set() and session.record.outcome == "lost"
+
+
+def test_a_chat_moved_without_saved_chats_fails_its_reply_with_the_apps_word():
+    """Back on another worker that has no saved chat to resume: the app starts a new chat and
+    says the chat moved, so the reply in flight is gone and the message failed, not lost."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
+    session.opened.set()
+    session.sent_at = time.perf_counter()
+    feed(session, reply_events("r", "")[:4])
+    session._on_disconnect("transport close")
+    session.dropped.clear()
+    session._rejoining, session.record.resumed = True, False  # as _come_back() does
+    feed(session, [("task_end", {}), ("task_start", {}),
+                   ("new_message", {"id": "m", "metadata": {"kind": "moved"}, "output": "moved"})])
+    assert session.turn_done.is_set() and session.record.outcome == "failed"
+    assert "lost the reply" in session.record.error

@@ -166,9 +166,14 @@ class ChatSession:
         reconnects to an existing chat, as a browser does after losing its connection.
         """
         started = time.perf_counter()
-        self._url, self._headers = url, headers or {}
+        self._url, self._headers = url, dict(headers or {})
         try:
+            if self.reconnect:
+                await self._load_page()
             await self._connect(thread_id)
+        except httpx.HTTPError as exc:
+            self.record.error = f"the chat page did not load: {str(exc) or type(exc).__name__}"
+            return False
         except self._socket_errors as exc:
             self.record.error = connect_failure(self.refusal, exc)
             return False
@@ -200,6 +205,14 @@ class ChatSession:
         sio.on("disconnect", self._on_disconnect)
         return sio
 
+    async def _load_page(self) -> None:
+        """As a browser tab: the page first, for its cookies (the balancer's worker pin, the
+        app process's boot id, by which the app tells a chat that lost its process)."""
+        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S) as http:
+            page = await http.get(f"{self._url}/", headers=self._headers)
+        cookies = [self._headers.get("Cookie", "")] + [f"{k}={v}" for k, v in page.cookies.items()]
+        self._headers["Cookie"] = "; ".join(c for c in cookies if c)
+
     async def _connect(self, thread_id: str) -> None:
         await self.sio.connect(
             self._url, socketio_path=SOCKET_PATH, transports=["websocket"],
@@ -230,6 +243,7 @@ class ChatSession:
             self.record.error = "the chat did not open again after its socket came back"
             return False
         self._rejoining = False
+        self.record.reconnects = 0  # between two messages: not this message's
         return True
 
     async def _come_back(self) -> bool:
@@ -257,6 +271,7 @@ class ChatSession:
         """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
         record = self.record
         record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
+        record.reconnects = 0
         record.ttft_s = record.total_s = record.sent_at = None
         self.turn_done.clear()
         self._in_turn = False
@@ -318,7 +333,9 @@ class ChatSession:
                 record.moved = True
                 self._open_when_started()
                 if self._rejoining and not record.resumed and self.sent_at is not None:
-                    self.turn_done.set()  # a new chat there, without saved chats: the reply is gone
+                    # A new chat there, without saved chats: the reply is gone, as the app says.
+                    record.error = "the chat moved to another app process, which lost the reply"
+                    self.turn_done.set()
             elif kind == "error":
                 record.error = SHOWN_ERROR + (data.get("output") or "")[:200]
                 self._open_when_started()
