@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import APP_MAX_TOKENS, metric
+from tests.conftest import APP_MAX_TOKENS, metric, start_app
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
