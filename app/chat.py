@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -25,9 +26,9 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, export, failover, files_dir, live_view, login, origins, page_policy,
-                 regenerate, saved_chats, served_files, server_info, session_guard, session_tasks,
-                 token_count, upload_check, upload_limit)
+from app import (boot_cookie, export, failover, files_dir, in_flight, live_view, login, origins,
+                 page_policy, regenerate, saved_chats, served_files, server_info, session_guard,
+                 session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -81,6 +82,7 @@ served_files.install()
 page_policy.install()
 origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
+in_flight.install()
 
 
 def lang() -> str:
@@ -246,8 +248,10 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     return clean_text(prompt_with(message.content, attached))
 
 
-async def answer(message_id: str, user_text: str, too_long: str = "too_long") -> None:
-    """Answer a new, edited or regenerated message, then offer Regenerate under the outcome."""
+async def answer(message_id: str, user_text: str, too_long: str = "too_long",
+                 resumed: Optional[in_flight.Partial] = None) -> None:
+    """Answer a new, edited or regenerated message, or carry on a reply another process left
+    (``resumed``), then offer Regenerate under the outcome."""
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
     conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
@@ -255,6 +259,9 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long") ->
         model, max_len = await engine_model()
         fitted = await cl.user_session.get("budget").fit(
             conversation, user_text, _counter(model), model, max_len, params.max_tokens)
+        if resumed is not None:
+            resumed = await in_flight.with_tokens(resumed, _counter(model), fitted.messages,
+                                                  fitted.prompt_tokens)
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return
@@ -265,7 +272,8 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long") ->
     if fitted.dropped_turns:
         await notice(text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns))
     try:
-        await stream_answer(conversation, user_text, model, fitted.messages, fitted.max_tokens, params)
+        await stream_answer(conversation, user_text, model, fitted.messages, fitted.max_tokens, params,
+                            resumed)
     finally:
         await regenerate.offer(lang())
 
@@ -282,9 +290,14 @@ async def on_regenerate(action: cl.Action) -> None:
 
 
 async def stream_answer(conversation: Conversation, user_text: str, model: str,
-                        messages: list[dict], max_tokens: int, params: ChatParams) -> None:
-    reply = cl.Message(content="", metadata={"kind": "reply"})
-    batcher = TokenBatcher(reply.stream_token)
+                        messages: list[dict], max_tokens: int, params: ChatParams,
+                        resumed: Optional[in_flight.Partial] = None) -> None:
+    so_far = resumed.text if resumed else ""
+    reply = cl.Message(content=so_far, metadata={"kind": "reply"}, id=resumed.step_id if resumed else None)
+    # Saved as it streams, so another process can finish it (app/in_flight.py).
+    keeper = in_flight.Keeper(reply, in_flight.marker_now(
+        params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens))
+    batcher = TokenBatcher(keeper.send, text=so_far)
     stats = ec.ReplyStats(asked_at=cl.user_session.get("asked_at"))
     # vLLM's own fields go to vLLM only: another server may refuse a field it does not
     # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
@@ -298,12 +311,12 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
         CLIENT, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body=extra_body or None, can_continue=vllm, wait_s=SETTINGS.continue_wait_s,
-        on_wait=say_waiting,
+        on_wait=say_waiting, shown=so_far, produced=resumed.tokens if resumed else 0,
     ), stats)  # the live view's figures
     try:
         # Leaving the batcher sends what it holds, however the stream ends; leaving
         # aclosing first closes the HTTP stream at once on Stop (engine_client).
-        async with batcher, aclosing(pieces):
+        async with keeper, batcher, aclosing(pieces):
             async for piece in pieces:
                 await batcher.add(piece)
     except asyncio.CancelledError:
@@ -393,7 +406,24 @@ if SETTINGS.chat_db is not None:
         start_session(saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
         await send_panel()
+        session_tasks.after_start(carry_on(thread))
         if moved_here():
             # Chainlit sends the saved steps right after this returns, and the browser replaces
             # what it shows with them: a notice sent now would vanish, so it follows them.
             asyncio.create_task(notice_after(RESUME_NOTICE_DELAY_S, text(lang(), "moved_saved"), "moved"))
+
+    async def carry_on(thread: dict) -> None:
+        """A reply still streaming for this chat goes on in this page (app/in_flight.py): from
+        this process, or continued here where the process that made it is gone."""
+        if await in_flight.attach(thread["id"]):
+            return
+        partial = in_flight.orphan_of(thread)
+        if partial is not None:
+            partial = await in_flight.wait_for_quiet(partial)
+        if partial is not None:
+            params: ChatParams = cl.user_session.get("params")
+            cl.user_session.set("params", replace(params, temperature=partial.marker.temperature,
+                                                  top_p=partial.marker.top_p,
+                                                  max_tokens=partial.marker.max_tokens))
+            cl.user_session.set("asked_at", time.perf_counter())
+            session_tasks.start_stoppable(lambda: answer(partial.asked_id, partial.asked, resumed=partial))

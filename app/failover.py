@@ -51,19 +51,24 @@ async def resilient_reply(
     can_continue: bool,
     wait_s: float,
     on_wait: Callable[[], Awaitable[None]],
+    shown: str = "",
+    produced: int = 0,
 ) -> AsyncIterator[str]:
     """Yield the reply's pieces as ``ec.stream_reply`` does, across failed engines.
 
     ``can_continue``: the server takes vLLM's ``continue_final_message`` and sends usage in
     every chunk (``ec.LIVE_USAGE`` in ``extra_body``), so a reply cut mid-stream can go on
     from its text; without it only a reply cut before its first token is sent again.
+    ``shown`` and ``produced``: the text and tokens of a reply another process began (a
+    takeover, app/in_flight.py), which this one continues from the start.
     ``on_wait`` runs once per outage, when the reply waits for an engine to come back
     (``TELL_AFTER_TRIES``). The last failure is raised when waiting cannot help any more.
     Consume inside ``contextlib.aclosing``, as ``ec.stream_reply``.
     """
-    request = ContinuationRequest(messages, max_tokens, extra_body or {})
-    shown, produced = "", 0    # the text and tokens of the parts before this one
-    from_text = False          # the request continues text shown (a continuation)
+    # shown, produced: the text and tokens of the parts before this one
+    from_text = bool(shown)    # the request continues text shown (a continuation)
+    request = (continuation_request(messages, shown, max_tokens, produced, extra_body) if from_text
+               else ContinuationRequest(messages, max_tokens, extra_body or {}))
     uncounted = False          # a cut the reply has not yet gone on from
     failed_at: Optional[float] = None
     tries = 0                  # since the reply last made progress

@@ -7,6 +7,7 @@ import json
 from typing import Optional
 
 from app.history import Conversation
+from app.in_flight import marker_of
 from server import chat_db
 
 
@@ -29,7 +30,7 @@ def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str
     """Rebuild the model's history from saved steps: user messages and replies only.
 
     A regenerated reply follows the one it replaced, so the last reply to a message wins,
-    as it did in the chat.  Attached files were not saved: only the typed text comes back.
+    as it did in the chat; a reply still being made (app/in_flight.py) is not a turn yet.  Attached files were not saved: only the typed text comes back.
     """
     conversation = Conversation(system_prompt)
     asked: Optional[dict] = None  # the last user step
@@ -40,7 +41,8 @@ def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str
         if step.get("type") == "user_message":
             asked = step
             conversation.ask(step["id"], step.get("output") or "")
-        elif step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and asked:
+        elif (step.get("type") == "assistant_message" and metadata.get("kind") == "reply" and asked
+              and marker_of(metadata) is None):  # a reply still being made is not history yet
             user = asked.get("output") or ""
             conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
             conversation.add(user, (step.get("output") or "").split(figures_mark)[0])

@@ -64,7 +64,8 @@ TEXTS: dict[str, dict[str, str]] = {
                  "reply that was streaming is lost, and the earlier messages are no longer in the "
                  "model's memory: repeat what matters.",
         "moved_saved": "↪ The chat server this chat was on stopped, so it continues on another "
-                       "one with its saved history. A reply that was streaming may be lost.",
+                       "one with its saved history. A reply that was streaming carries on from its "
+                       "saved text.",
         "regenerate": "Regenerate",
         "regenerate_tip": "A new reply to the same message; the model's history keeps the new one.",
         "regenerated": "↻ A new reply to the same message follows; the model's history keeps it "
@@ -168,7 +169,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "moved": "↪ 此对话所在的聊天服务器已停止，对话转到另一台服务器继续。正在生成的回复已丢失，"
                  "之前的消息也不再在模型的记忆中：请重复重要的内容。",
         "moved_saved": "↪ 此对话所在的聊天服务器已停止，对话带着已保存的历史转到另一台服务器继续。"
-                       "正在生成的回复可能已丢失。",
+                       "正在生成的回复从已保存的文字处继续。",
         "regenerate": "重新生成",
         "regenerate_tip": "对同一条消息生成新的回复；模型的对话历史保留新的回复。",
         "regenerated": "↻ 下面是对同一条消息的新回复；模型的对话历史保留它，而不是上面的回复。",

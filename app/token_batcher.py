@@ -94,14 +94,16 @@ class TokenBatcher:
 
     def __init__(self, send: Callable[[str], Awaitable[None]], every_s: float = FLUSH_EVERY_S,
                  clock: Callable[[], float] = time.monotonic, streaming: Streaming = STREAMING,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, text: str = ""):
         self._send, self._every_s, self._clock, self._streaming = send, every_s, clock, streaming
         self._sleep = sleep
         self._pending: list[str] = []
         self._last_flush = clock()
         self._next_flush = self._last_flush
         self._active = False
-        self.text = ""  # everything sent so far: what a stopped reply keeps
+        # Everything sent so far (a reply carried on starts with its saved text): what a
+        # stopped reply keeps.
+        self.text = text
         self.frames = 0
 
     async def __aenter__(self) -> "TokenBatcher":

@@ -23,6 +23,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
         ├── TuneError        tune
         ├── QaLoadError      qa-load
         ├── UsersError       simulated users (qa-load --users)
+        ├── KillError        qa-load --kill: a part that cannot be named or found
         └── CapacityError    capacity
 
 Signals (``Shutdown``) and the chat's own refusals (``app.history.TooLong``) are

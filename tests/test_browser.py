@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import APP_MAX_TOKENS, metric
+from tests.conftest import APP_MAX_TOKENS, metric, start_app
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
@@ -53,6 +53,14 @@ def open_chat(page_factory, settings, locale="en-US"):
     page.locator("#chat-input").wait_for(timeout=30_000)
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)  # the welcome message
     return page
+
+
+def log_in(page, user, password):
+    """Log in on the page's login form, then wait for the welcome."""
+    page.locator("#email").fill(user)
+    page.locator("#password").fill(password)
+    page.keyboard.press("Enter")
+    page.locator(ASSISTANT).first.wait_for(timeout=30_000)
 
 
 def send(page, text):
@@ -191,10 +199,7 @@ def test_chinese_ui_and_welcome(page_factory, chat_app):
 
 def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
     page = page_factory(saved_chats_app.app_url)
-    page.locator("#email").fill("alice")
-    page.locator("#password").fill("wonderland")
-    page.keyboard.press("Enter")
-    page.locator(ASSISTANT).first.wait_for(timeout=30_000)  # logged in: the welcome
+    log_in(page, "alice", "wonderland")
     first = ask(page, "Remember the word apricot.")
     first_prompt = int(re.search(r"(\d+) prompt", first).group(1))
 
@@ -212,3 +217,38 @@ def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
     with sqlite3.connect(saved_chats_app.chat_db) as db:
         saved = db.execute("SELECT count(*) FROM steps WHERE type = 'user_message'").fetchone()[0]
     assert saved >= 2, "the messages were not written to the SQLite file"
+
+
+@pytest.fixture(scope="module")
+def long_saved_chats_app(engine, tmp_path_factory):
+    """Saved chats and login, with replies long enough to reload the page in the middle of one."""
+    settings, _ = engine
+    tmp = tmp_path_factory.mktemp("saved-long")
+    yield from start_app(tmp, engine_url=settings.engine_base_url, ignore_eos=True,
+                         max_tokens=APP_MAX_TOKENS, chat_db=tmp / "chats.db", users="alice:wonderland")
+
+
+def test_a_reply_goes_on_after_the_page_is_reloaded_and_is_saved_whole(page_factory, long_saved_chats_app):
+    """Reload mid-reply: the page opens the chat again (/thread/<id>, a new session on the same
+    app) and is sent the reply still streaming there, which finishes (app/in_flight.py)."""
+    page = page_factory(long_saved_chats_app.app_url)
+    log_in(page, "alice", "wonderland")
+    send(page, "Tell me a long story.")
+    page.wait_for_url(re.compile(r"/thread/[0-9a-f-]+$"), timeout=60_000)
+    page.wait_for_function(f"document.querySelectorAll('{ASSISTANT}')[1]?.innerText.length > 20",
+                           timeout=60_000)
+    page.reload()
+    page.locator(USER).first.wait_for(timeout=30_000)
+    finished = page.get_by_text(re.compile(rf"\d+ prompt \+ {APP_MAX_TOKENS} reply tokens"))
+    finished.first.wait_for(timeout=300_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=10_000)
+    assert page.locator(ASSISTANT).filter(has_text="reply tokens").count() == 1
+    with sqlite3.connect(long_saved_chats_app.chat_db) as db:
+        for _ in range(50):
+            saved = db.execute("SELECT output, metadata FROM steps WHERE type = 'assistant_message' "
+                               "AND output LIKE '%reply tokens%'").fetchall()
+            if saved:
+                break
+            time.sleep(0.1)
+    assert len(saved) == 1 and f"{APP_MAX_TOKENS} reply tokens" in saved[0][0]
+    assert "in_flight" not in saved[0][1]

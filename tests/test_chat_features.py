@@ -22,7 +22,7 @@ from app.attachments import Attachment, prompt_with
 from tests import sample_files as files
 from tests.conftest import ROOT, start_app
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
-    ASSISTANT, USER, a_stopped_long_reply, browser, open_chat, page_factory, send,
+    ASSISTANT, USER, a_stopped_long_reply, browser, log_in, open_chat, page_factory, send,
     wait_until_vllm_is_idle)
 from server.stack.processes import free_port
 
@@ -371,10 +371,7 @@ def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     (Debian: fonts-noto-cjk fonts-noto-color-emoji), or those characters show as boxes.
     """
     page = page_factory(showcase_app.app_url)
-    page.locator("#email").fill("presenter")
-    page.locator("#password").fill("demo")
-    page.keyboard.press("Enter")
-    page.locator(ASSISTANT).first.wait_for(timeout=30_000)
+    log_in(page, "presenter", "demo")
     send(page, "今天天气怎么样？")
     finished_replies(page, 1)
     page.locator("#new-chat-button").click()

@@ -56,7 +56,7 @@ class Engine:
         writer.close()
 
 
-async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8):
+async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8, shown="", produced=0):
     server = await asyncio.start_server(engine.handle, "127.0.0.1", 0)
     waits = []
 
@@ -71,7 +71,7 @@ async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8):
                 async with aclosing(resilient_reply(
                         client, "m", messages, stats, temperature=0.0, top_p=1.0,
                         max_tokens=max_tokens, extra_body={"seed": 1}, can_continue=can_continue,
-                        wait_s=wait_s, on_wait=on_wait)) as stream:
+                        wait_s=wait_s, on_wait=on_wait, shown=shown, produced=produced)) as stream:
                     async for piece in stream:
                         pieces.append(piece)
             except openai.APIError as exc:
@@ -111,6 +111,17 @@ async def test_the_wait_is_bounded_and_the_text_so_far_kept():
     assert error is not None and text == "w0 w1 " and waits == [True]
     assert 2.5 <= time.monotonic() - started < 3.5
     assert len(engine.bodies) < 8  # pauses between the tries, not a busy loop
+
+
+async def test_a_reply_another_process_began_is_continued_from_its_first_request():
+    """A takeover (app/in_flight.py): the text saved by a dead worker goes on, within what is left."""
+    engine = Engine([("ok", 3)])
+    text, stats, waits, error = await reply(engine, shown="w0 w1 w2 w3 w4 ", produced=5)
+    assert error is None and text == "w5 w6 w7 "       # only the new part is yielded
+    first = engine.bodies[0]
+    assert first["messages"][-1] == {"role": "assistant", "content": "w0 w1 w2 w3 w4 "}
+    assert (first["max_tokens"], first["continue_final_message"], first["add_generation_prompt"]) == (3, True, False)
+    assert stats.completion_tokens == 8
 
 
 async def test_a_server_that_cannot_continue_keeps_the_cut_as_an_error():

@@ -305,3 +305,67 @@ def test_cli_json_with_a_prompts_file(short_replies_app, tmp_path, capsys):
     assert code == 0 and result["summary"]["complete"] == 4
     assert [c["prompt"].split("] ", 1)[1] for c in result["sessions"]] == [
         "Say hello.", "你好吗？", "Say hello.", "你好吗？"]
+
+
+# --- reconnecting as a browser does, and what became of each message ---------------------
+
+def test_each_message_is_complete_continued_failed_or_lost():
+    assert chat_socket.outcome_of(chat(0)) == "complete"
+    continued = chat(1)
+    continued.reconnects = 1
+    assert chat_socket.outcome_of(continued) == "continued"
+    shown = lost(2, chat_socket.SHOWN_ERROR + "The engine stopped in the middle of this reply")
+    moved = lost(3, "")
+    moved.moved = True
+    assert chat_socket.outcome_of(shown) == chat_socket.outcome_of(moved) == "failed"
+    assert chat_socket.outcome_of(lost(4, "the app closed the connection")) == "lost"
+    assert chat_socket.outcome_of(lost(5, "")) == "lost"
+
+
+def test_a_reply_carried_on_after_a_reconnect_is_followed_to_its_end():
+    """The socket drops mid-reply; back (same session id), Chainlit's reconnect handler and a
+    resume send task_end, which is not the turn's end; the reply then starts again with its
+    text so far (attached, or carried on by another worker) and finishes: the frames sent
+    while the socket was away are missing, and the final text, which replaces them, counts."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
+    session.opened.set()
+    session.sent_at = time.perf_counter()
+    events = reply_events("r", "Hello there, my friend" + FIGURES)
+    feed(session, events[:5])  # streaming "Hello there"
+    session._on_disconnect("transport close")
+    assert session.dropped.is_set() and not session.turn_done.is_set() and not session.record.error
+    session.dropped.clear()
+    session._rejoining, session.record.reconnects = True, 1  # as _come_back() does
+    reply = {"id": "r", "type": "assistant_message", "metadata": {"kind": "reply"}}
+    # On another worker: the resume runs as a task of its own, then the reply is carried on.
+    feed(session, [("task_end", {}), ("task_start", {}), ("task_end", {}),
+                   ("resume_thread", {"id": "t", "steps": [], "metadata": "{}"}), ("task_start", {})])
+    assert not session.turn_done.is_set() and not session._rejoined.is_set()
+    feed(session, [("stream_start", {**reply, "output": "Hello there,"}),
+                   ("stream_token", {"id": "r", "token": " friend", "isSequence": False})])
+    assert not session.turn_done.is_set() and session._rejoined.is_set()
+    feed(session, events[5:])
+    assert session.turn_done.is_set() and session.record.outcome == "continued"
+
+
+def test_without_reconnecting_a_dropped_socket_ends_the_turn():
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
+    session.sent_at = time.perf_counter()
+    session._on_disconnect("transport close")
+    assert session.turn_done.is_set() and session.record.outcome == "lost"
+
+
+def test_a_chat_moved_without_saved_chats_fails_its_reply_with_the_apps_word():
+    """Back on another worker that has no saved chat to resume: the app starts a new chat and
+    says the chat moved, so the reply in flight is gone and the message failed, not lost."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
+    session.opened.set()
+    session.sent_at = time.perf_counter()
+    feed(session, reply_events("r", "")[:4])
+    session._on_disconnect("transport close")
+    session.dropped.clear()
+    session._rejoining, session.record.resumed = True, False  # as _come_back() does
+    feed(session, [("task_end", {}), ("task_start", {}),
+                   ("new_message", {"id": "m", "metadata": {"kind": "moved"}, "output": "moved"})])
+    assert session.turn_done.is_set() and session.record.outcome == "failed"
+    assert "lost the reply" in session.record.error

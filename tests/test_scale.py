@@ -12,17 +12,22 @@ supervisor brings the process back.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import re
 import signal
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
 import pytest
 
-from app import boot_cookie
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from app import boot_cookie, in_flight
+from server import chat_db
+from server.loadtest.lib import kills
+from server.loadtest.lib.chat_socket import FIGURES_TAIL, ChatSession, SessionRecord
 from server.settings import load_settings
 from server.stack.balancer import STICKY_COOKIE
 from server.stack.engine_tier import StartupFailed
@@ -234,39 +239,67 @@ def page_of_worker(url: str, worker: int, cookie: str) -> str:
         return f"{cookie}; {STICKY_COOKIE}=w{worker}; {boot_cookie.COOKIE}={page.cookies[boot_cookie.COOKIE]}"
 
 
-def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack):
-    """Kill worker 1 while each worker holds a chat: the chat on worker 0 goes on untouched;
-    the one on worker 1 reconnects as its browser would (its cookies, its thread) and is told
-    that it lost its process, then carries on with its saved history, wherever it lands."""
+def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack, database):
+    """Kill worker 1 while its chat's reply streams: the chat on worker 0 goes on untouched;
+    the one on worker 1 reconnects as its browser would (its session id, cookies and thread),
+    is told that it lost its process, and sees its reply finish, carried on by worker 0 from
+    the text saved while it streamed (app/in_flight.py); the saved chat holds the reply whole,
+    and the chat carries on with its history."""
     login = login_cookie(stack.url)
     browsers = [page_of_worker(stack.url, w, login) for w in (0, 1)]
     mark = len(stack.lines)
 
     async def go():
-        sessions = [ChatSession(SessionRecord(i, "", f"Question {i}.")) for i in (0, 1)]
+        sessions = [ChatSession(SessionRecord(i, "", f"Question {i}."), reconnect=True) for i in (0, 1)]
         for session, cookies in zip(sessions, browsers):
             assert await asyncio.wait_for(session.open(stack.url, headers={"Cookie": cookies}), 120)
-        await asyncio.wait_for(asyncio.gather(*(s.ask() for s in sessions)), 600)
-        worker_port = int(re.findall(r"\[app 1\] Chainlit ready at http://127.0.0.1:(\d+)",
-                                     "\n".join(stack.lines))[0])
-        victim = next(p for p in descendants(stack.proc.pid)
-                      if f"--port {worker_port}" in " ".join(titles([p])))
-        os.killpg(victim, signal.SIGKILL)
-        await asyncio.sleep(3)
-        assert sessions[0].sio.connected and not sessions[1].sio.connected
-        again = ChatSession(SessionRecord(2, "", "Question 2."))
-        assert await asyncio.wait_for(again.open(stack.url, headers={"Cookie": browsers[1]},
-                                                 thread_id=sessions[1].record.thread_id), 120)
-        await asyncio.wait_for(again.ask(), 600)
-        sessions[0].next_turn("Question 3.")
         await asyncio.wait_for(sessions[0].ask(), 600)
-        for s in (again, sessions[0]):
-            await s.close()
-        return again, sessions[0]
-    again, kept = run(go())
-    assert again.record.moved and again.record.complete, again.record.error
-    assert kept.record.complete and not kept.record.moved
+        asking = asyncio.create_task(sessions[1].ask())
+        await until(lambda: sessions[1].record.streamed, 300)
+        await asyncio.sleep(2.5 * in_flight.SAVE_EVERY_S)  # some of it saved, more to come
+        # Found as `qa-load --kill worker:1@...` finds it, from the chat port.
+        victim = kills.find(kills.parse_kill("worker:1@0"), urlsplit(stack.url).port)
+        os.killpg(victim.pid, signal.SIGKILL)
+        shown_when_killed = sessions[1].record.streamed
+        await asyncio.wait_for(asking, 600)
+        continued = copy.copy(sessions[1].record)
+        saved = await saved_reply(database, continued.reply_id)
+        for session, prompt in zip(sessions, ("Question 2.", "Question 3.")):
+            session.next_turn(prompt)
+            await asyncio.wait_for(session.ask(), 600)
+            await session.close()
+        return continued, shown_when_killed, saved, sessions
+    continued, shown_when_killed, saved, (kept, moved) = run(go())
+    assert continued.outcome == "continued" and continued.moved, continued.error
+    # Carried on from the text saved up to a second before the kill, not started again.
+    assert continued.final.startswith(shown_when_killed[:20]) and len(continued.streamed) > len(shown_when_killed)
+    assert saved == (continued.final, None)
+    assert moved.record.complete and kept.record.complete and not kept.record.moved
+    assert not kept.record.reconnects
     stack.wait_for(r"\[app 1\] restarting in", after=mark, timeout_s=120)
+
+
+async def until(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def saved_reply(database: str, step_id: str) -> tuple[str, object]:
+    """The reply as the saved chat holds it, and its in-flight marker (None once finished),
+    once Chainlit's own save of the finished message has landed."""
+    db = await asyncpg.connect(chat_db.plain_postgres_url(database))
+    try:
+        for _ in range(100):
+            row = await db.fetchrow('SELECT "output", "metadata" FROM steps WHERE "id" = $1', step_id)
+            found = (row["output"], in_flight.marker_of(row["metadata"])) if row else None
+            if found and FIGURES_TAIL.search(found[0] or ""):
+                return found
+            await asyncio.sleep(0.1)
+        return found
+    finally:
+        await db.close()
 
 
 def test_a_database_that_is_down_stops_up_at_once_with_a_clear_message(tmp_path):

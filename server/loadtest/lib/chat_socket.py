@@ -33,12 +33,19 @@ MESSAGE_EVENTS = {"new_message", "update_message", "delete_message", "stream_sta
 # app/chat.py ends a finished reply with the figures (app/texts.figures_line) as a paragraph
 # of their own, which gives the speed in tok/s in every language.
 FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
+SHOWN_ERROR = "the app showed an error: "
 TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
 # The reply's token count in its figures line: "... + 212 reply tokens" / "... + 回复 212 个 token".
 REPLY_TOKENS = re.compile(r"\+ (?:回复 )?(\d+)")
 # Starts app/texts "continued" in the figures line, in every language: the reply's engine
 # stopped and the reply went on on another (app/failover.py).
 CONTINUED_MARK = "↻"
+# socket.io's browser client after a lost connection: tries again after 1 s, doubling up to
+# 5 s (its reconnectionDelay, reconnectionDelayMax), here for about a minute in all.
+RECONNECT_DELAYS_S = (1.0, 2.0, 4.0) + (5.0,) * 10
+# After coming back, how long a chat waits for its reply to show signs of life: a worker
+# taking over a dead one's reply waits for its writer to be quiet first (app/in_flight.py).
+REJOIN_WAIT_S = 30.0
 
 
 @dataclass
@@ -52,6 +59,7 @@ class SessionRecord:
     moved: bool = False            # the app said the chat lost its app process
     resumed: bool = False          # the app reopened the chat from its saved steps
     thread_id: str = ""            # the chat's thread, once the app started one
+    reconnects: int = 0            # times its socket came back after dropping
     open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
     ttft_s: Optional[float] = None
     total_s: Optional[float] = None
@@ -71,7 +79,13 @@ class SessionRecord:
 
     @property
     def complete(self) -> bool:
-        """The final text is the streamed text, nothing lost or added, then the figures line."""
+        """The final text is the streamed text, nothing lost or added, then the figures line.
+
+        After a reconnect the frames sent while the socket was away never came (the browser
+        too shows the final text, which replaces them): the reply then ends in the figures."""
+        if self.reconnects and self.final and self.streamed:
+            figures = FIGURES_TAIL.search(self.final)
+            return figures is not None and figures.end() == len(self.final) and figures.start() > 0
         if not self.streamed or self.final is None or not self.final.startswith(self.streamed):
             return False
         return FIGURES_TAIL.fullmatch(self.final[len(self.streamed):]) is not None
@@ -105,6 +119,26 @@ class SessionRecord:
         record.message_ids, record.tags_seen = set(chat["message_ids"]), set(chat["tags_seen"])
         return record
 
+    @property
+    def outcome(self) -> str:
+        """What became of the message: see :func:`outcome_of`."""
+        return outcome_of(self)
+
+
+OUTCOMES = ("complete", "continued", "failed", "lost")
+
+
+def outcome_of(record: SessionRecord) -> str:
+    """``complete``; ``continued``: complete after the socket came back (a reconnect, or the
+    reply carried on by another worker) or after its engine stopped under it (the figures
+    line's mark); ``failed``: the app said what went wrong (an error, or that the chat moved
+    and its reply is gone); ``lost``: no reply and no word."""
+    if record.complete:
+        return "continued" if record.reconnects or record.continued else "complete"
+    if record.error.startswith(SHOWN_ERROR) or record.moved:
+        return "failed"
+    return "lost"
+
 
 def user_step(text: str) -> dict:
     """A user message as the Chainlit frontend builds it."""
@@ -115,18 +149,20 @@ def user_step(text: str) -> dict:
 class ChatSession:
     """One chat of the app, seen as its browser tab would see it."""
 
-    def __init__(self, record: SessionRecord):
+    def __init__(self, record: SessionRecord, reconnect: bool = False):
         # Imported here: the CLI that lists this command also runs where only the engine
         # environment is (bench on a GPU machine), which has no python-socketio.
         import socketio
         self._socket_errors = (socketio.exceptions.SocketIOError, OSError)
         self.record = record
-        # Offer permessage-deflate as browsers do: the app then compresses every frame.
-        self.sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S,
-                                        websocket_extra_options={"compress": 15})
-        self.sio.on("*", self._on_event)  # a plain function: handlers then run in arrival order
-        self.sio.on("connect_error", self._on_refused)
-        self.sio.on("disconnect", self._on_disconnect)
+        # As a browser tab: a dropped socket comes back with the same session id and cookies.
+        self.reconnect = reconnect
+        self.session_id = str(uuid.uuid4())
+        self._url, self._headers = "", {}
+        self.sio = self._client()
+        self.dropped = asyncio.Event()
+        self._rejoining = False           # the next task_end is the reconnect's, not the turn's
+        self._rejoined = asyncio.Event()  # the app shows the turn goes on after a reconnect
         self.refusal = ""  # why the app refused the connection: the exception does not say
         self.opened = asyncio.Event()     # on_chat_start ended (welcome or error) or the socket did
         self._starting = False            # on_chat_start runs (between its task_start and task_end)
@@ -142,13 +178,14 @@ class ChatSession:
         reconnects to an existing chat, as a browser does after losing its connection.
         """
         started = time.perf_counter()
+        self._url, self._headers = url, dict(headers or {})
         try:
-            await self.sio.connect(
-                url, socketio_path=SOCKET_PATH, transports=["websocket"], wait_timeout=CONNECT_TIMEOUT_S,
-                headers=headers or {},
-                auth={"sessionId": str(uuid.uuid4()), "clientType": "webapp", "threadId": thread_id,
-                      "userEnv": "{}", "chatProfile": ""})
-            await self.sio.emit("connection_successful")
+            if self.reconnect:
+                await self._load_page()
+            await self._connect(thread_id)
+        except httpx.HTTPError as exc:
+            self.record.error = f"the chat page did not load: {str(exc) or type(exc).__name__}"
+            return False
         except self._socket_errors as exc:
             self.record.error = connect_failure(self.refusal, exc)
             return False
@@ -157,6 +194,8 @@ class ChatSession:
         return (self.record.welcomed or self.record.moved or self.record.resumed) and not self.record.error
 
     async def ask(self) -> None:
+        if self.dropped.is_set() and not await self._back_between_turns():
+            return
         self.sent_at = self.record.sent_at = time.perf_counter()
         try:
             await self.sio.emit("client_message", {"message": user_step(self.record.prompt),
@@ -164,14 +203,87 @@ class ChatSession:
         except self._socket_errors as exc:
             self.record.error = f"sending failed: {str(exc) or type(exc).__name__}"
             return
-        await self.turn_done.wait()
+        await self._wait_turn()
         if not self.record.replied and not self.record.error:
             self.record.error = "the turn ended without a reply"
+
+    def _client(self):
+        import socketio
+        # Offer permessage-deflate as browsers do: the app then compresses every frame.
+        sio = socketio.AsyncClient(reconnection=False, request_timeout=CONNECT_TIMEOUT_S,
+                                   websocket_extra_options={"compress": 15})
+        sio.on("*", self._on_event)  # a plain function: handlers then run in arrival order
+        sio.on("connect_error", self._on_refused)
+        sio.on("disconnect", self._on_disconnect)
+        return sio
+
+    async def _load_page(self) -> None:
+        """As a browser tab: the page first, for its cookies (the balancer's worker pin, the
+        app process's boot id, by which the app tells a chat that lost its process)."""
+        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S) as http:
+            page = await http.get(f"{self._url}/", headers=self._headers)
+        cookies = [self._headers.get("Cookie", "")] + [f"{k}={v}" for k, v in page.cookies.items()]
+        self._headers["Cookie"] = "; ".join(c for c in cookies if c)
+
+    async def _connect(self, thread_id: str) -> None:
+        await self.sio.connect(
+            self._url, socketio_path=SOCKET_PATH, transports=["websocket"],
+            # A copy: engine.io takes the Cookie header out of the dict it is given.
+            wait_timeout=CONNECT_TIMEOUT_S, headers=dict(self._headers),
+            auth={"sessionId": self.session_id, "clientType": "webapp", "threadId": thread_id,
+                  "userEnv": "{}", "chatProfile": ""})
+        await self.sio.emit("connection_successful")
+
+    async def _wait_turn(self) -> None:
+        """Until the turn ends; with ``reconnect``, a dropped socket comes back first."""
+        while True:
+            await first_set(self.turn_done, self.dropped)
+            if self.turn_done.is_set() or not await self._come_back():
+                return
+            # The app shows the turn goes on (Stop again, the reply streams) or it is gone.
+            if not await first_set(self.turn_done, self._rejoined, self.dropped, timeout_s=REJOIN_WAIT_S):
+                self.turn_done.set()  # back, but the reply never showed again: lost
+                return
+
+    async def _back_between_turns(self) -> bool:
+        """The socket dropped while the user read or thought: back before the next message,
+        once the chat is open again (resumed, or started afresh on another worker)."""
+        self.opened.clear()
+        if not await self._come_back():
+            return False
+        if not await first_set(self.opened, timeout_s=REJOIN_WAIT_S):
+            self.record.error = "the chat did not open again after its socket came back"
+            return False
+        self._rejoining = False
+        self.record.reconnects = 0  # between two messages: not this message's
+        return True
+
+    async def _come_back(self) -> bool:
+        """Reconnect as socket.io's browser client does: same session id, cookies and thread."""
+        self.dropped.clear()
+        self._rejoined.clear()
+        self.record.resumed = False
+        failure = ""
+        for delay in RECONNECT_DELAYS_S:
+            await asyncio.sleep(delay)
+            self.sio = self._client()
+            self._rejoining = True
+            try:
+                await self._connect(self.record.thread_id)
+            except self._socket_errors as exc:
+                failure = connect_failure(self.refusal, exc)
+                await self.sio.eio.disconnect()
+                continue
+            self.record.reconnects += 1
+            return True
+        self.record.error = self.record.error or f"the app closed the connection and did not come back ({failure})"
+        return False
 
     def next_turn(self, prompt: str) -> None:
         """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
         record = self.record
         record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
+        record.reconnects = 0
         record.ttft_s = record.total_s = record.sent_at = None
         self.turn_done.clear()
         self._in_turn = False
@@ -197,7 +309,8 @@ class ChatSession:
         for value in data.values():  # output, token, and first_interaction's copy of the prompt
             if isinstance(value, str):
                 record.tags_seen.update(TAG.findall(value))
-        kind = (data.get("metadata") or {}).get("kind")
+        metadata = data.get("metadata")  # a saved thread's may come as JSON text (SQLite)
+        kind = metadata.get("kind") if isinstance(metadata, dict) else None
         if event == "first_interaction":
             record.thread_id = data.get("thread_id") or record.thread_id
         elif event == "resume_thread":  # a chat reopened from its saved steps: no welcome
@@ -206,37 +319,53 @@ class ChatSession:
         elif event == "task_start":
             self._in_turn = self.sent_at is not None
             self._starting = not self._in_turn
+        elif event == "task_end" and self._rejoining:
+            pass  # the reconnect's and the resume's, not the turn's: its reply must show again
         elif event == "task_end":
             if self._in_turn:
                 self.turn_done.set()
             else:
                 self._starting = False
                 self._open_when_started()
-        elif event == "stream_start" and kind == "reply" and record.reply_id is None:
+        elif event == "stream_start" and kind == "reply" and record.reply_id in (None, data["id"]):
+            # Again after a reconnect: the reply as far as it got, carried on from there.
+            if record.reply_id is None:
+                record.ttft_s = self._since_sent()
             record.reply_id, record.streamed = data["id"], data.get("output") or ""
-            record.ttft_s = self._since_sent()
+            self._reply_shows()
         elif event == "stream_token" and data.get("id") == record.reply_id:
             token = data.get("token") or ""
             record.streamed = token if data.get("isSequence") else record.streamed + token
+            self._reply_shows()
         elif event in ("new_message", "update_message"):
             if kind == "welcome":
                 record.welcomed = True
                 self._open_when_started()
             elif kind == "moved":  # a chat resumed on another worker: it opens with this notice
                 record.moved = True
-                self.opened.set()
+                self._open_when_started()
+                if self._rejoining and not record.resumed and self.sent_at is not None:
+                    # A new chat there, without saved chats: the reply is gone, as the app says.
+                    record.error = "the chat moved to another app process, which lost the reply"
+                    self.turn_done.set()
             elif kind == "error":
-                record.error = "the app showed an error: " + (data.get("output") or "")[:200]
+                record.error = SHOWN_ERROR + (data.get("output") or "")[:200]
                 self._open_when_started()
             elif kind == "reply" and record.reply_id in (None, data["id"]):
                 # An empty reply is never streamed: it comes only as this message.
                 record.reply_id, record.final = data["id"], data.get("output") or ""
                 record.total_s = self._since_sent()
+                self._reply_shows()
+
+    def _reply_shows(self) -> None:
+        if self._rejoining:
+            self._rejoining = False
+            self._rejoined.set()
 
     def _open_when_started(self) -> None:
         """The chat is open once on_chat_start is over and its first message came, in either
         order: the app sends the welcome after on_chat_start's task_end (app/session_tasks.py)."""
-        if (self.record.welcomed or self.record.error) and not self._starting:
+        if (self.record.welcomed or self.record.moved or self.record.error) and not self._starting:
             self.opened.set()
 
     def _on_refused(self, data=None) -> None:
@@ -244,13 +373,26 @@ class ChatSession:
             self.refusal = str(data.get("message", data))
 
     def _on_disconnect(self, reason=None) -> None:
-        if not self._closing:
+        if self.reconnect and not self._closing and self.opened.is_set():
+            self.dropped.set()  # the turn, or the next one, waits for the socket to come back
+        elif not self._closing:
             self.record.error = self.record.error or "the app closed the connection"
             self.opened.set()
             self.turn_done.set()
 
     def _since_sent(self) -> Optional[float]:
         return None if self.sent_at is None else time.perf_counter() - self.sent_at
+
+
+async def first_set(*events: asyncio.Event, timeout_s: Optional[float] = None) -> bool:
+    """Wait until one of ``events`` is set; False if none was within ``timeout_s``."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return bool(done)
 
 
 async def check_app(url: str) -> None:

@@ -33,6 +33,7 @@ class Reply:
     tokens: Optional[int] = None  # the engine's count of the reply's tokens
     complete: bool = False
     error: str = ""
+    outcome: str = ""  # chat_socket.OUTCOMES: complete, continued, failed or lost
 
 
 class Chat(Protocol):
@@ -52,7 +53,8 @@ class AppChat:
 
     def __init__(self, url: str, index: int, tag: str):
         self.url = url
-        self.session = ChatSession(SessionRecord(index, tag, prompt=""))
+        # Reconnects as the browser's socket.io client does (same session id, its cookies).
+        self.session = ChatSession(SessionRecord(index, tag, prompt=""), reconnect=True)
 
     async def open(self) -> str:
         ok = await self.session.open(self.url)
@@ -63,7 +65,7 @@ class AppChat:
         await self.session.ask()
         record = self.session.record
         return Reply(record.ttft_s, record.total_s, record.reply_tokens,
-                     record.complete and record.reply_tokens is not None, record.error)
+                     record.complete and record.reply_tokens is not None, record.error, record.outcome)
 
     async def close(self) -> None:
         await self.session.close()
@@ -106,10 +108,11 @@ class EngineChat:
                     if usage := chunk.get("usage"):
                         reply.tokens = usage.get("completion_tokens")
         except (StreamError, ValueError) as exc:
-            reply.error = str(exc) or type(exc).__name__
+            reply.error, reply.outcome = str(exc) or type(exc).__name__, "failed"
             return reply
         reply.total_s = time.perf_counter() - started
         reply.complete = bool(pieces) and finished and reply.tokens is not None
+        reply.outcome = "complete" if reply.complete else "lost"
         if not reply.complete:
             reply.error = "the stream ended without a whole reply"
         self.messages += [{"role": "user", "content": prompt},

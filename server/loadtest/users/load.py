@@ -11,11 +11,15 @@ many client processes (``processes``) and judged as one run.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
+from urllib.parse import urlsplit
 
+from server.loadtest.lib.kills import Kill, KillError, find, parse_kill, run_kills
 from server.loadtest.lib.load_args import results_folder
 from server.loadtest.users import processes as user_processes
 from server.loadtest.users.chats import Target, chat_factory
@@ -26,16 +30,30 @@ from server.progress import StatusLine
 
 
 async def run_user_load(target: Target, model: UserModel, prompts: list[str],
-                        label: str = "users", processes: int = 1) -> dict:
+                        label: str = "users", processes: int = 1, kills: Sequence[Kill] = ()) -> dict:
+    """The run's result; ``kills`` (qa-load --kill) are carried out at their seconds meanwhile."""
     model.check()
     status = StatusLine(label, stream=sys.stderr, plain_every_s=5.0)
-    if processes > 1:
-        return await user_processes.run(target, model, prompts, processes, status)
-    make_chat = await chat_factory(target, model.reply_timeout_s)
-    run = await run_users(model, make_chat, prompts,
-                          tick=lambda r: status.update(live(r.users, r.replies, r.now())))
-    status.done(live(run.users, run.replies, run.wall_s))
-    return result_of(run, target.url, target.through)
+    port = urlsplit(target.url).port or 80
+    for kill in kills:
+        find(kill, port)  # a part that cannot be found stops the run before it starts
+    killing = asyncio.create_task(run_kills(
+        list(kills), port, time.perf_counter(),
+        lambda line: print(f"[{label}] {line}", file=sys.stderr, flush=True)))
+    try:
+        if processes > 1:
+            result = await user_processes.run(target, model, prompts, processes, status)
+        else:
+            make_chat = await chat_factory(target, model.reply_timeout_s)
+            run = await run_users(model, make_chat, prompts,
+                                  tick=lambda r: status.update(live(r.users, r.replies, r.now())))
+            status.done(live(run.users, run.replies, run.wall_s))
+            result = result_of(run, target.url, target.through)
+    finally:
+        killing.cancel()
+    if kills:
+        result["kills"] = await killing if killing.done() and not killing.cancelled() else []
+    return result
 
 
 # --- qa-load --users ------------------------------------------------------------------
@@ -58,8 +76,19 @@ def add_user_arguments(parser) -> None:
                        help="a chat that does not open, or a reply not whole, within this long "
                             "is an error (default 300)")
     users.add_argument("--seed", type=int, default=0, help="for the think times (default 0)")
+    users.add_argument("--kill", type=kill_argument, action="append", default=[], metavar="PART@SECOND",
+                       help="kill a part of the running stack at that second of the run, as a crash "
+                            "would (repeatable): worker:N (app worker N), engine:N (copy N's engine "
+                            "core), balancer (HAProxy); e.g. --kill worker:1@15")
     users.add_argument("--out", type=Path, help="results folder (default benchmarks/results/<time>/)")
     users.add_argument("--no-plots", action="store_true", help="write JSON and CSV only")
+
+
+def kill_argument(text: str) -> Kill:
+    try:
+        return parse_kill(text)
+    except KillError as exc:  # argparse shows this one's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def user_model(args, users: int) -> UserModel:
@@ -70,7 +99,7 @@ def user_model(args, users: int) -> UserModel:
 def cmd_users(args, url: str, prompts: list[str]) -> int:
     from server.loadtest.users import report as user_report
     result = asyncio.run(run_user_load(Target("app", url.rstrip("/")), user_model(args, args.users),
-                                       prompts, "qa-load", args.processes))
+                                       prompts, "qa-load", args.processes, args.kill))
     print(user_report.render(result))
     for path in user_report.save(result, results_folder(args.out),
                                  plots=not args.no_plots):

@@ -82,6 +82,7 @@ class ReplyRecord:
     tokens: Optional[int] = None
     complete: bool = False
     error: str = ""
+    outcome: str = ""  # chat_socket.OUTCOMES
 
     @property
     def first_token_at(self) -> Optional[float]:
@@ -156,9 +157,9 @@ async def one_user(run: UsersRun, chat: Chat, user: UserRecord, prompts: list[st
             reply: Reply = await asyncio.wait_for(chat.ask(prompt_for(tag, prompts, user.user, turn)),
                                                   limit)
         except asyncio.TimeoutError:
-            reply = Reply(error=f"no whole reply within {limit:g} s")
+            reply = Reply(error=f"no whole reply within {limit:g} s", outcome="lost")
         record.ttft_s, record.total_s, record.tokens = reply.ttft_s, reply.total_s, reply.tokens
-        record.complete, record.error = reply.complete, reply.error
+        record.complete, record.error, record.outcome = reply.complete, reply.error, reply.outcome
         if reply.error:
             break  # a late reply, or a closed chat, would spoil every later turn of this chat
         turn += 1

@@ -50,6 +50,7 @@ def render(result: dict) -> str:
         f"  chats opened {s['opened']}/{s['users']}   messages {s['messages']}   complete replies "
         f"{s['complete']}   lost {s['lost']}   crossed {crossed}   incomplete {s['incomplete']}   "
         f"errors {s['errors']}",
+        "  messages " + "   ".join(f"{kind} {n}" for kind, n in s["outcomes"].items()),
         f"  steady state ({fmt(st['from_s'])}-{fmt(st['to_s'])} s, {st['replies']} replies): "
         f"TTFT p50 {fmt(st['ttft_ms_p50'])} ms, p99 {fmt(st['ttft_ms_p99'])} ms; per-user tokens/s "
         f"p10 {fmt(st['user_tokens_per_s_p10'], 1)}, p50 {fmt(st['user_tokens_per_s_p50'], 1)}; "

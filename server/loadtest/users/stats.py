@@ -10,7 +10,10 @@ Definitions (times from the start of the run):
   span, so a long reply counts in every second it streamed;
 * lost: a message that got no whole reply (an error, or none in time); incomplete:
   a reply whose final text is not what was streamed; crossed: a message of one chat
-  that reached another (``chat_socket.count_crossed``, app only).
+  that reached another (``chat_socket.count_crossed``, app only);
+* outcomes: each message complete, continued (complete after its socket came back or
+  another worker carried the reply on), failed (the app said what went wrong) or lost
+  (no whole reply, and no word why) (``chat_socket.outcome_of``).
 
 The steady state is the replies sent after every user has arrived (``ramp_s``)
 and before the send window closes; a run without a window uses all replies.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
+from server.loadtest.lib.chat_socket import OUTCOMES
 from server.loadtest.users.model import ReplyRecord, UserRecord
 from server.plan.kv_planner import percentile
 
@@ -83,6 +87,7 @@ def summarize_users(users: list[UserRecord], replies: list[ReplyRecord], crossed
         "lost": len(replies) - len(replied), "incomplete": len(replied) - len(complete),
         "crossed": crossed, "errors": len(not_opened) + len(failed),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+        "outcomes": outcome_counts(replies),
         "wall_s": wall_s,
         "all": figures(replies, wall_s),
         "steady": {**figures(measured, span), "from_s": ramp_s if window_s is not None else 0.0,
@@ -91,6 +96,13 @@ def summarize_users(users: list[UserRecord], replies: list[ReplyRecord], crossed
     summary["ok"] = bool(replies) and all(
         summary[k] == 0 for k in ("lost", "incomplete", "errors")) and not crossed
     return summary
+
+
+def outcome_counts(replies: list[ReplyRecord]) -> dict[str, int]:
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in replies:
+        counts[r.outcome or ("complete" if r.complete else "lost")] += 1
+    return counts
 
 
 def per_second(users: list[UserRecord], replies: list[ReplyRecord], wall_s: float) -> list[dict]:
