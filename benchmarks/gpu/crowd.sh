@@ -315,6 +315,18 @@ case $phase in
     done
     .venv-engine/bin/python -X importtime -c "import vllm.entrypoints.cli.serve" 2> /tmp/res/importtime.txt
     sort -t'|' -k2 -n -r /tmp/res/importtime.txt | head -n 25 ;;
+  failover)  # parts killed under load (docs/architecture.md): 1,000 users on 2 copies, app worker 1
+              # killed at 15 s and copy 1's engine core at 25 s; then 1 copy, 200 users, its engine
+              # core killed at 15 s (the supervisor restarts it; the replies wait and go on)
+    up_start failover-2copies ERNIE_ENGINE_COPIES=2 ERNIE_STREAM_INTERVAL=8 || exit 1
+    cli qa-load --users 1000 --turns 4 --think-s 3 --ramp-s 10 --processes 4 --kill worker:1@15 \
+        --kill engine:1@25 --reply-timeout-s 240 --no-plots --out /tmp/res/failover-2copies/qa 2>&1 | tail -n 25
+    up_stop
+    up_start failover-1copy ERNIE_STREAM_INTERVAL=8 || exit 1
+    cli qa-load --users 200 --turns 4 --think-s 3 --ramp-s 10 --processes 2 --kill engine:0@15 \
+        --reply-timeout-s 400 --no-plots --out /tmp/res/failover-1copy/qa 2>&1 | tail -n 25
+    grep -E "restarting|ready" /tmp/res/failover-1copy/up.txt | tail -n 4
+    up_stop ;;
   crowd8)  # 8 app workers, vLLM sending 8 tokens per piece (0.26 has no per-request stream_interval)
     up_start crowd8 ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     app_vs_direct crowd8 256
