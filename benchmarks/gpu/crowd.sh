@@ -316,12 +316,13 @@ case $phase in
     .venv-engine/bin/python -X importtime -c "import vllm.entrypoints.cli.serve" 2> /tmp/res/importtime.txt
     sort -t'|' -k2 -n -r /tmp/res/importtime.txt | head -n 25 ;;
   failover)  # parts killed under load (docs/architecture.md): 1,000 users on 2 copies, app worker 1
-              # killed at 15 s and copy 1's engine core at 25 s; then 1 copy, 200 users, its engine
-              # core killed at 15 s (the supervisor restarts it; the replies wait and go on)
+              # killed at 15 s and copy 1's engine core at 25 s; failover-1copy: 200 users on 1 copy,
+              # its engine core killed at 15 s (the supervisor restarts it; the replies wait, go on)
     up_start failover-2copies ERNIE_ENGINE_COPIES=2 ERNIE_STREAM_INTERVAL=8 || exit 1
     cli qa-load --users 1000 --turns 4 --think-s 3 --ramp-s 10 --processes 4 --kill worker:1@15 \
         --kill engine:1@25 --reply-timeout-s 240 --no-plots --out /tmp/res/failover-2copies/qa 2>&1 | tail -n 25
-    up_stop
+    up_stop ;;
+  failover-1copy)  # (see failover)
     up_start failover-1copy ERNIE_STREAM_INTERVAL=8 || exit 1
     cli qa-load --users 200 --turns 4 --think-s 3 --ramp-s 10 --processes 2 --kill engine:0@15 \
         --reply-timeout-s 400 --no-plots --out /tmp/res/failover-1copy/qa 2>&1 | tail -n 25
