@@ -255,13 +255,18 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long",
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
     conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
-    try:
+
+    async def prepared():
         model, max_len = await engine_model()
         fitted = await cl.user_session.get("budget").fit(
             conversation, user_text, _counter(model), model, max_len, params.max_tokens)
-        if resumed is not None:
-            resumed = await in_flight.with_tokens(resumed, _counter(model), fitted.messages,
-                                                  fitted.prompt_tokens)
+        carried = resumed and await in_flight.with_tokens(resumed, _counter(model), fitted.messages,
+                                                          fitted.prompt_tokens)
+        return model, max_len, fitted, carried
+    try:
+        # The engine may be restarting: its count waits for it as the reply would (failover).
+        model, max_len, fitted, resumed = await failover.when_engine_answers(
+            prepared, SETTINGS.continue_wait_s, say_waiting)
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return

@@ -179,10 +179,23 @@ def causes(exc: Optional[BaseException]) -> Iterator[BaseException]:
         exc = exc.__cause__
 
 
+# vLLM's EngineDeadError (v1/engine/exceptions.py), sent inside a stream or as an HTTP 500
+# by an API server whose engine core died: the engine stopped, as when the connection closes.
+ENGINE_DEAD = "EngineCore encountered an issue"
 # The connection broke after the request went: the engine closed it (it died or restarted
 # under the request), which is not "nothing listens there".
 CUT = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, httpx2.ReadError,
        httpx2.RemoteProtocolError, httpx.ReadError, httpx.RemoteProtocolError)
+
+
+def said(exc: BaseException) -> str:
+    """An error's text, with the body of the HTTP answer behind it (httpx leaves it out)."""
+    response = getattr(exc, "response", None)
+    try:
+        body = response.text if isinstance(response, (httpx.Response, httpx2.Response)) else ""
+    except (httpx.ResponseNotRead, httpx2.ResponseNotRead):  # a stream's: its body is not read
+        body = ""
+    return f"{exc} {body}"
 
 
 def error_kind(exc: BaseException) -> str:
@@ -195,6 +208,8 @@ def error_kind(exc: BaseException) -> str:
     if any(isinstance(cause, CUT) or (isinstance(cause, aiohttp.ClientConnectionError)
                                       and not isinstance(cause, asyncio.TimeoutError)) for cause in found):
         return "cut"
+    if any(ENGINE_DEAD in said(cause) for cause in found):
+        return "cut"  # vLLM's API server outlived its engine core for a moment
     if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
         return "timeout"
     if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):

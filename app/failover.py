@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import aclosing
-from typing import AsyncIterator, Awaitable, Callable, Optional
+from typing import AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
 from openai import AsyncOpenAI
 
@@ -24,6 +24,28 @@ from app.continuation import ContinuationRequest, continuation_request, next_ste
 # the cut): another copy would have taken it by then, and the supervisor, which looks every
 # 0.5 s, has said whether it is restarting the engine (server/engine_state.py).
 TELL_AFTER_TRIES = 4
+T = TypeVar("T")
+
+
+async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
+                              on_wait: Callable[[], Awaitable[None]]) -> T:
+    """``call()`` (the steps before a reply: what the engine is, the prompt's count), tried
+    again as a reply's request is while the engine is away, for up to ``wait_s``; ``on_wait``
+    once when it waits. Any other failure is raised at once."""
+    failed_at: Optional[float] = None
+    tries = 0
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            now = time.monotonic()
+            failed_at = failed_at or now
+            if next_step(ec.error_kind(exc), "", 0, 1, now - failed_at, wait_s) != "retry":
+                raise
+            tries += 1
+            if tries == TELL_AFTER_TRIES:
+                await on_wait()
+            await asyncio.sleep(retry_delay_s(tries, wait_s - (time.monotonic() - failed_at)))
 
 
 def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool) -> None:

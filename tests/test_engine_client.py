@@ -30,6 +30,20 @@ def test_an_error_inside_a_200_stream_raises_like_the_sdk():
         sse_chunk('data: {"error": "boom"}')
 
 
+def test_an_engine_core_that_died_under_its_api_server_is_a_cut_reply():
+    """vLLM's EngineDeadError, in a stream and as a 500 (seen on the H200 after a kill -9 of an
+    engine core): the engine stopped, so the reply goes on elsewhere (app/continuation.py)."""
+    dead = ('data: {"error": {"message": "EngineCore encountered an issue. See stack trace (above) '
+            'for the root cause.", "type": "InternalServerError", "code": 500}}')
+    with pytest.raises(openai.APIError) as info:
+        sse_chunk(dead)
+    assert error_kind(info.value) == "cut"
+    request = httpx.Request("POST", "http://engine/tokenize")
+    response = httpx.Response(500, request=request, text='{"error": "EngineCore encountered an issue."}')
+    assert error_kind(httpx.HTTPStatusError("Server error '500 Internal Server Error'", request=request,
+                                            response=response)) == "cut"
+
+
 def test_a_broken_line_is_an_error_not_a_silent_gap():
     with pytest.raises(ValueError):
         sse_chunk('data: {"choices": [')
