@@ -85,6 +85,9 @@ class BalancerConfig:
     # At least the app's own idle keep-alive to the engine, so HAProxy never closes a
     # connection the app is about to reuse (docs/notes.md, "Keep-alive race").
     keepalive_s: int = 75
+    # HAProxy's runtime API, for `ernie-chat restart` to drain one server at a time
+    # (server/stack/balancer_runtime.py); None: no socket.
+    stats_socket: Optional[str] = None
 
 
 def max_connections(open_files_limit: int, wanted: int = 20000) -> int:
@@ -109,6 +112,7 @@ def render_haproxy(config: BalancerConfig) -> str:
         "global",
         f"    maxconn {config.max_connections}",
         "    log stderr format raw local0 warning",
+        *stats_socket(config.stats_socket),
         "",
         "defaults",
         "    mode http",
@@ -139,6 +143,12 @@ def render_haproxy(config: BalancerConfig) -> str:
             lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}{cookie}")
         lines += last_resort(front)
     return "\n".join(lines) + "\n"
+
+
+def stats_socket(path: Optional[str]) -> list[str]:
+    """Admin level, since draining a server is an admin command; mode 600, since whoever can
+    write to it can take every server out of rotation."""
+    return [f"    stats socket {path} mode 600 level admin"] if path else []
 
 
 def last_resort(front: Frontend) -> list[str]:
