@@ -175,3 +175,21 @@ def test_a_socket_that_is_not_there_says_so(tmp_path):
     with pytest.raises(balancer_runtime.RuntimeApiError) as info:
         balancer_runtime.set_state(tmp_path / "none.sock", "engine", 0, "drain")
     assert "does not answer" in str(info.value)
+
+
+def test_the_watch_loop_and_a_restart_take_a_process_in_turn(tmp_path):
+    """A process held by the restart is not the watch loop's to restart, and one that is down
+    (the watch loop restarting it after a crash) is not the restart's to take."""
+    from server.stack.processes import ManagedProcess
+    from server.stack.supervisor import Stack
+    stack = Stack(settings(log_file=tmp_path / "llm.log"), root=tmp_path, out=lambda _: None)
+    proc = ManagedProcess("app", ["sleep", "30"], tmp_path / "app.log")
+    assert not stack.hold("app", proc)  # never started: down
+    proc.start()
+    try:
+        assert stack.hold("app", proc)
+        assert not stack.hold("app", proc)  # one holder at a time
+        stack.release("app")
+        assert stack.hold("app", proc)
+    finally:
+        proc.stop(grace_s=1)

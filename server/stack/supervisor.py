@@ -8,7 +8,9 @@ Chainlit workers (``app_tier``) and, when a tier has several processes, HAProxy
 (``warmup``) while the workers finish loading, and the chat URL is printed
 last.  After that the loop restarts whichever child dies, with a capped
 exponential backoff, and gives up with the doctor's diagnosis when an engine
-copy keeps failing.  Ctrl-C or SIGTERM stops every process group.
+copy keeps failing.  SIGHUP (`ernie-chat restart`) restarts the processes one at a
+time with new settings (``roller``), while the loop leaves the one being restarted
+alone.  Ctrl-C or SIGTERM stops every process group.
 """
 
 from __future__ import annotations
