@@ -24,7 +24,7 @@ from server.stack.engine_args import EngineCommand
 def begin(stack) -> None:
     """A SIGHUP came: take the request (or make one from the settings as `up` reads them),
     check it, and roll in a thread, so the watch loop keeps the other processes up."""
-    if stack.rolling is not None and stack.rolling.is_alive():
+    if stack.rolling_now.is_set():
         stack.out("[restart] one is already running; this signal is ignored")
         return
     folder = restart_control.run_folder(stack.settings, stack.root)
@@ -39,9 +39,22 @@ def begin(stack) -> None:
         progress.end("refused", str(exc))
         restart_control.request_file(folder).unlink(missing_ok=True)
         return
-    stack.rolling = threading.Thread(target=roll, args=(stack, new, steps, commands, progress, folder),
-                                     daemon=True)
-    stack.rolling.start()
+    stack.rolling_now.set()
+    if stack.rolling is None:
+        stack.rolling = threading.Thread(target=serve, args=(stack,), daemon=True)
+        stack.rolling.start()
+    stack.restarts.put((new, steps, commands, progress, folder))
+
+
+def serve(stack) -> None:
+    """Every restart of this `up`, in one thread that lives as long as `up`: the kernel
+    ends a child when the thread that started it ends (PR_SET_PDEATHSIG is per thread,
+    server/stack/processes.py), so a thread per restart would take its processes with it."""
+    while True:
+        try:
+            roll(stack, *stack.restarts.get())
+        finally:
+            stack.rolling_now.clear()
 
 
 def prepare(stack, new: Settings,

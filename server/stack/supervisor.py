@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import signal
 import threading
 import time
@@ -81,7 +82,9 @@ class Stack:
         self.lock = threading.Lock()
         self.held: set[str] = set()
         self.restart_asked = threading.Event()
-        self.rolling: Optional[threading.Thread] = None
+        self.rolling: Optional[threading.Thread] = None  # roller.serve, once the first comes
+        self.restarts: queue.Queue = queue.Queue()
+        self.rolling_now = threading.Event()
 
     @property
     def log_path(self) -> Path:
