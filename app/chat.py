@@ -26,9 +26,9 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, export, failover, files_dir, in_flight, live_view, login, origins,
-                 page_policy, regenerate, saved_chats, served_files, server_info, session_guard,
-                 session_tasks, token_count, upload_check, upload_limit)
+from app import (boot_cookie, drain, export, failover, files_dir, in_flight, live_view, login,
+                 origins, page_policy, regenerate, saved_chats, served_files, server_info,
+                 session_guard, session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -58,6 +58,7 @@ for _client_log in ("httpx", "httpx2"):
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s),
                          headers=auth_headers(SETTINGS.api_key_value))
+drain.install()
 live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)

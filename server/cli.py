@@ -26,6 +26,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     return supervisor.run(settings)
 
 
+def cmd_restart(args: argparse.Namespace) -> int:
+    """Signal the running `up` to restart every process one at a time with the settings as
+    `up` would read them now; print its progress until it ends."""
+    from server.stack import restart_control
+    settings = load_settings()
+    pid, request_id = restart_control.request(settings)
+    print(f"[restart] asked the supervisor (pid {pid}) to restart with the current settings")
+    return 0 if restart_control.follow(settings, pid, request_id) == "done" else 1
+
+
 def cmd_hash_password(args: argparse.Namespace) -> int:
     """Print the bcrypt hash of a password typed without echo (or one line of stdin)."""
     import getpass
@@ -144,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("up", help="set up and run the engine and the chat app").set_defaults(func=cmd_up)
+
+    sub.add_parser(
+        "restart", help="apply new settings without downtime: each engine copy and app worker "
+        "in turn", description="Re-reads the settings as `up` does (.env and the environment) and "
+        "has the running `up` drain, stop and start each engine copy, then each app worker, one at "
+        "a time. Needs ERNIE_ENGINE_COPIES>=2 and ERNIE_APP_WORKERS>=2; refuses settings that "
+        "cannot change this way (ports, the number of processes, the model ...). docs/scaling.md."
+    ).set_defaults(func=cmd_restart)
 
     doctor = sub.add_parser("doctor", help="explain failures found in vLLM's log")
     doctor.add_argument("--log", help="log file (default: ERNIE_LOG_FILE, llm.log)")

@@ -18,6 +18,9 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ├── EngineUnsupported    server.stack.platforms: no vLLM build for this machine
     ├── StartupFailed        server.stack.engine_tier: the stack could not start
     ├── BalancerMissing      server.stack.balancer: HAProxy is needed and not installed
+    ├── RuntimeApiError      server.stack.balancer_runtime: HAProxy's admin socket failed
+    ├── RestartRefused       server.stack.rolling: no restart without downtime as asked
+    ├── RestartError         server.stack.restart_control: no running stack to restart
     └── LoadTestError        server.loadtest: a load test that cannot run as asked
         ├── BenchError       bench
         ├── TuneError        tune

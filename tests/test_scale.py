@@ -16,6 +16,8 @@ import copy
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,6 +30,7 @@ from app import boot_cookie, in_flight
 from server import chat_db
 from server.loadtest.lib import kills
 from server.loadtest.lib.chat_socket import FIGURES_TAIL, ChatSession, SessionRecord
+from server.paths import ROOT
 from server.settings import load_settings
 from server.stack.balancer import STICKY_COOKIE
 from server.stack.engine_tier import StartupFailed
@@ -300,6 +303,71 @@ async def saved_reply(database: str, step_id: str) -> tuple[str, object]:
         return found
     finally:
         await db.close()
+
+
+def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setting(stack):
+    """`ernie-chat restart` (the real command) with ERNIE_MAX_NUM_SEQS changed while two chats,
+    one pinned to each worker, go on asking: every copy and worker is drained, restarted and put
+    back one at a time, every reply completes, the chats of a drained worker move between
+    replies (reconnecting as a browser does), and the new processes run the new setting.
+    The load is bounded (two chats, a pause between replies): on 2 cores a restarted copy
+    must still find the CPU to start within vLLM's own engine start-up timeout."""
+    login = login_cookie(stack.url)
+    browsers = [page_of_worker(stack.url, i, login) for i in range(2)]
+    mark = len(stack.lines)
+    restart = subprocess.Popen([sys.executable, "-m", "server.cli", "restart"], cwd=ROOT,
+                               env={**stack.env, "ERNIE_MAX_NUM_SEQS": "7"}, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    async def user(i: int, cookies: str) -> tuple[list[tuple[bool, str]], int]:
+        session, turns, moves = ChatSession(SessionRecord(i, "", "")), [], 0
+        assert await asyncio.wait_for(session.open(stack.url, headers={"Cookie": cookies}), 120)
+        while restart.poll() is None:
+            session.next_turn(f"Chat {i}, question {len(turns)}.")
+            await asyncio.wait_for(session.ask(), 600)
+            turns.append((session.record.complete, session.record.error))
+            await asyncio.sleep(3)  # the user reads; a drained worker closes the socket meanwhile
+            if not session.sio.connected:
+                thread, moves = session.record.thread_id, moves + 1
+                await session.close()
+                session = ChatSession(SessionRecord(i, "", ""))
+                assert await asyncio.wait_for(session.open(
+                    stack.url, headers={"Cookie": cookies}, thread_id=thread), 120), session.record.error
+        await session.close()
+        return turns, moves
+
+    async def go():
+        return await asyncio.gather(*(user(i, cookies) for i, cookies in enumerate(browsers)))
+    results = run(go())
+    output = restart.stdout.read()
+    assert restart.wait() == 0, output
+    assert "[restart] changed: ERNIE_MAX_NUM_SEQS" in output and "[restart] done" in output, output
+    for step in ("engine 0", "engine 1", "app", "app 1"):
+        assert f"[restart] {step}: back in rotation" in output, output
+    turns = [turn for chat_turns, _ in results for turn in chat_turns]
+    assert len(turns) >= 6 and all(complete for complete, _ in turns), turns
+    assert sum(moves for _, moves in results) >= 2, results  # both workers' chats moved
+    supervised = "\n".join(stack.lines[mark:])
+    assert "restarting in" not in supervised and "exited with code" not in supervised, supervised
+    running = descendants(stack.proc.pid)
+    engines = [t for t in titles(running) if "--max-model-len" in t]
+    assert len(engines) == 2 and all("--max-num-seqs 7" in t for t in engines), engines
+    workers = [p for p in running if "app.serve run" in " ".join(titles([p]))]
+    assert len(workers) == 2 and all(b"ERNIE_MAX_NUM_SEQS=7" in Path(f"/proc/{p}/environ").read_bytes()
+                                     for p in workers)
+
+
+def test_a_second_restart_while_one_runs_is_refused(stack, tmp_path):
+    """The request file marks a restart as running: a second command is refused at once."""
+    from server.stack import restart_control
+    folder = restart_control.run_folder(stack.settings)
+    assert restart_control.claim(folder, None)
+    try:
+        again = subprocess.run([sys.executable, "-m", "server.cli", "restart"], cwd=ROOT, env=stack.env,
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        restart_control.request_file(folder).unlink()
+    assert again.returncode == 2 and "A restart is already running" in again.stderr, again.stderr
 
 
 def test_a_database_that_is_down_stops_up_at_once_with_a_clear_message(tmp_path):

@@ -26,6 +26,12 @@ class ScaleSettings(BaseModel):
         "the machine (1 on a CPU machine; on a GPU machine half the cores, at most 8). "
         "One worker streams about 10k tokens/s.",
     )
+    drain_timeout_s: float = Field(
+        300.0, ge=1, le=3600,
+        description="`ernie-chat restart`: how long to wait for the replies an engine copy or an "
+        "app worker is streaming to end before it is stopped anyway. Long enough for the "
+        "longest reply the engine writes.",
+    )
     warmup: bool = Field(
         True, description="Before the chat URL is printed, send the engine requests like the "
         "app's (streaming, its sampling settings, /tokenize), so the first users do not pay for "

@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import httpx
+
+from server import worker_drain
 from server.progress import StatusLine
 from server.settings import Settings, client_url
 from server.stack.engine_tier import StartupFailed
@@ -52,8 +55,18 @@ def worker_log_path(main_log: Path, index: int) -> Path:
 
 
 class Worker:
-    def __init__(self, index: int, port: int, proc: ManagedProcess, host: str):
+    def __init__(self, index: int, port: int, proc: ManagedProcess, host: str, drain_token: str = ""):
         self.index, self.port, self.proc, self.host = index, port, proc, host
+        self.drain_token = drain_token  # app/drain.py: only the supervisor may drain it
+
+    def drain(self, start: bool) -> dict:
+        """Ask the worker to move its chats away (``start``) or only how far it got: its
+        replies streaming and chats' sockets open (app/drain.py)."""
+        headers = {"Authorization": f"Bearer {self.drain_token}"}
+        url = self.url + worker_drain.PATH
+        answer = (httpx.post if start else httpx.get)(url, headers=headers, timeout=5)
+        answer.raise_for_status()
+        return answer.json()
 
     @property
     def url(self) -> str:
@@ -68,20 +81,28 @@ class AppTier:
     def __init__(self, settings: Settings, host: str, ports: tuple[int, ...], engine_url: str,
                  root: Path, log_path: Path, out: Callable[[str], None] = print):
         self.settings, self.root, self.out = settings, root, out
-        # The workers' engine_url is always set, so they are told the keep-alive it implies here.
-        env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": engine_url,
-               "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
-               "CHAINLIT_APP_ROOT": str(root)}
-        if settings.users is not None:  # login, with or without saved chats
-            env["CHAINLIT_AUTH_SECRET"] = auth_secret(root / ".cache" / "chainlit-auth-secret")
+        self.engine_url = engine_url
         self.workers = []
         for index, port in enumerate(ports):
             # Chainlit's CLI without nest_asyncio, whose pure-Python loop costs CPU (app/serve.py).
             argv = [sys.executable, "-m", "app.serve", "run", str(root / "app" / "chat.py"),
                     "--headless", "--host", host, "--port", str(port)]
-            proc = ManagedProcess("app", argv, worker_log_path(log_path, index),
-                                  env={**env, "ERNIE_WORKER_INDEX": str(index)}, cwd=root)
-            self.workers.append(Worker(index, port, proc, host))
+            proc = ManagedProcess("app", argv, worker_log_path(log_path, index), cwd=root)
+            self.workers.append(Worker(index, port, proc, host, secrets.token_urlsafe(24)))
+        self.reconfigure(settings)
+
+    def reconfigure(self, settings: Settings) -> None:
+        """The workers' environment from ``settings``: taken at each worker's next start."""
+        self.settings = settings
+        # The workers' engine_url is always set, so they are told the keep-alive it implies here.
+        env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": self.engine_url,
+               "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
+               "CHAINLIT_APP_ROOT": str(self.root)}
+        if settings.users is not None:  # login, with or without saved chats
+            env["CHAINLIT_AUTH_SECRET"] = auth_secret(self.root / ".cache" / "chainlit-auth-secret")
+        for worker in self.workers:
+            worker.proc.env = {**env, "ERNIE_WORKER_INDEX": str(worker.index),
+                               worker_drain.TOKEN_ENV: worker.drain_token}
 
     def start_all(self) -> None:
         for worker in self.workers:

@@ -89,6 +89,9 @@ class BalancerConfig:
     # At least the app's own idle keep-alive to the engine, so HAProxy never closes a
     # connection the app is about to reuse (docs/notes.md, "Keep-alive race").
     keepalive_s: int = 75
+    # HAProxy's runtime API, for `ernie-chat restart` to drain one server at a time
+    # (server/stack/balancer_runtime.py); None: no socket.
+    stats_socket: Optional[str] = None
 
 
 def max_connections(open_files_limit: int, wanted: int = 20000) -> int:
@@ -113,6 +116,7 @@ def render_haproxy(config: BalancerConfig) -> str:
         "global",
         f"    maxconn {config.max_connections}",
         "    log stderr format raw local0 warning",
+        *stats_socket(config.stats_socket),
         "",
         "defaults",
         "    mode http",
@@ -169,6 +173,12 @@ def retry_elsewhere(front: Frontend) -> list[str]:
             "    retry-on conn-failure empty-response response-timeout 0rtt-rejected 502 503 504",
             "    option redispatch 1",
             f"    retries {max(2, len(front.servers))}"]
+
+
+def stats_socket(path: Optional[str]) -> list[str]:
+    """Admin level, since draining a server is an admin command; mode 600, since whoever can
+    write to it can take every server out of rotation."""
+    return [f"    stats socket {path} mode 600 level admin"] if path else []
 
 
 def last_resort(front: Frontend) -> list[str]:

@@ -46,7 +46,11 @@ CPU_ENGINE_NICE = 10
 
 
 class StartupFailed(ErnieChatError, RuntimeError):
-    """The stack could not start; the message carries the diagnosis."""
+    """The stack could not start; the message carries the diagnosis, ``reason`` its gist."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 @dataclass
@@ -149,12 +153,13 @@ class EngineTier:
         self.plan: Optional[kp.Plan] = None
         self.together = starts_together(settings, device)  # prepare() knows the pools
         self.model_path = ""
+        self.python = ""
         self.is_demo = False
 
     # --- before anything starts -------------------------------------------
     def prepare(self) -> None:
         s = self.settings
-        python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
+        python = self.python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
         choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
         if choice.is_demo:
@@ -195,12 +200,22 @@ class EngineTier:
             for engine in self.engines:
                 engine.proc.start()
         for engine in self.engines:
-            self.start(engine, already_started=self.together)
+            self.start_or_stop_all(engine, already_started=self.together)
         write_state(self.settings, "ready")
         return self.info
 
+    def start_or_stop_all(self, engine: EngineProcess, already_started: bool = False) -> None:
+        """``start``, and on failure the whole tier stops and the chat is told it failed."""
+        try:
+            self.start(engine, already_started)
+        except StartupFailed as exc:
+            write_state(self.settings, "failed", reason=exc.reason)
+            self.stop()
+            raise
+
     def start(self, engine: EngineProcess, already_started: bool = False) -> EngineInfo:
-        """Start one copy (unless it was) and wait until it serves; raise with the diagnosis."""
+        """Start one copy (unless it was) and wait until it serves; raise with the diagnosis,
+        leaving the other copies as they are."""
         s = self.settings
         if not already_started:
             engine.proc.start()
@@ -213,9 +228,7 @@ class EngineTier:
             reason = (f"exited with code {engine.proc.returncode}" if not engine.proc.alive()
                       else f"was not ready after {s.startup_timeout_s:.0f} s")
             status.done(f"vLLM {reason}")
-            write_state(s, "failed", reason=reason)
-            self.stop()
-            raise StartupFailed(self.explain_failure(engine, f"vLLM {reason}."))
+            raise StartupFailed(self.explain_failure(engine, f"vLLM {reason}."), reason=reason)
         status.done(f"vLLM ready at {engine.url}")
         engine.mark_started(status.elapsed)
         self.info = EngineInfo(entry.get("id", s.served_model_name), self.is_demo,
@@ -235,8 +248,23 @@ class EngineTier:
 
     def restart(self, engine: EngineProcess) -> None:
         write_state(self.settings, "starting")
-        self.start(engine)
+        self.start_or_stop_all(engine)
         write_state(self.settings, "ready")
+
+    def reconfigure(self, settings: Settings) -> list[EngineCommand]:
+        """Each copy's command under new settings, checked like a start's (pre-flight); the
+        copies take them at their next start (``use``). Raises before anything changed."""
+        old, self.settings = self.settings, settings
+        try:
+            s, self.plan = self.preflight()
+        except StartupFailed:
+            self.settings = old
+            raise
+        return [engine_command(s, self.model_path, self.device, self.python, copy) for copy in self.copies]
+
+    @staticmethod
+    def use(engine: EngineProcess, command: EngineCommand) -> None:
+        engine.proc.argv, engine.proc.env = command.argv, command.env
 
     # --- what vLLM reports ------------------------------------------------------
     def report(self) -> None:

@@ -3,7 +3,9 @@
 Each child runs in its own process group (so one signal reaches vLLM's engine
 core and workers too) and asks the kernel to kill it if the supervisor dies
 (PR_SET_PDEATHSIG), so even ``kill -9`` of the supervisor leaves no engine
-holding the GPU.
+holding the GPU.  The kernel sends that signal when the *thread* that started the
+child ends, so children are started only from threads that live as long as the
+supervisor (its main thread, ``roller.serve``).
 """
 
 from __future__ import annotations

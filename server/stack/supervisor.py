@@ -8,13 +8,18 @@ Chainlit workers (``app_tier``) and, when a tier has several processes, HAProxy
 (``warmup``) while the workers finish loading, and the chat URL is printed
 last.  After that the loop restarts whichever child dies, with a capped
 exponential backoff, and gives up with the doctor's diagnosis when an engine
-copy keeps failing.  Ctrl-C or SIGTERM stops every process group.
+copy keeps failing.  SIGHUP (`ernie-chat restart`) restarts the processes one at a
+time with new settings (``roller``), while the loop leaves the one being restarted
+alone.  Ctrl-C or SIGTERM stops every process group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +35,7 @@ from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings, app_exposed, engine_exposed
-from server.stack import balancer, warmup
+from server.stack import balancer, balancer_runtime, restart_control, roller, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
 from server.stack.processes import ManagedProcess, free_port, port_free, port_problem
@@ -72,6 +77,14 @@ class Stack:
         self.apps: Optional[AppTier] = None
         self.balancer: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
+        # Processes a rolling restart stops on purpose (or the watch loop is restarting):
+        # the other side leaves them alone. The lock makes "held or alive?" one step.
+        self.lock = threading.Lock()
+        self.held: set[str] = set()
+        self.restart_asked = threading.Event()
+        self.rolling: Optional[threading.Thread] = None  # roller.serve, once the first comes
+        self.restarts: queue.Queue = queue.Queue()
+        self.rolling_now = threading.Event()
 
     @property
     def log_path(self) -> Path:
@@ -160,6 +173,12 @@ class Stack:
                                  balancer.max_connections(balancer.open_files_limit()))
         if config is None:
             return
+        if len(bytes(self.stats_socket)) < balancer_runtime.MAX_SOCKET_PATH:
+            config = dataclasses.replace(config, stats_socket=str(self.stats_socket))
+        else:
+            self.out(f"[balancer] no admin socket: {self.stats_socket} is longer than a UNIX "
+                     "socket's path may be, so `ernie-chat restart` cannot drain; choose a "
+                     "shorter ERNIE_LOG_FILE folder for it")
         self.balancer = balancer.managed_haproxy(config, self.root / ".cache" / "haproxy.cfg",
                                                  self.log_path.with_name("balancer.log"), self.root,
                                                  self.settings.api_key_value)
@@ -187,6 +206,10 @@ class Stack:
             ("engine", self.topology.balanced_engine, self.topology.engine_host, self.topology.engine_port))
             if on]
         status.done("HAProxy listening: " + ", ".join(tiers))
+
+    @property
+    def stats_socket(self) -> Path:
+        return self.log_path.with_name("haproxy.sock")
 
     def balancer_address(self) -> tuple[str, int]:
         t = self.topology
@@ -261,19 +284,42 @@ class Stack:
         """Restart whichever process dies or hangs; return why, once one cannot be kept up."""
         children = self.children()
         while True:
+            if self.restart_asked.is_set():
+                self.restart_asked.clear()
+                roller.begin(self)
             for child in children:
-                if child.engine is not None and child.engine.hung():
-                    self.out(f"[{child.name}] /health has not answered for a while: the engine "
-                             "is hung; killing it")
-                    child.proc.kill()
-                if child.proc.alive():
-                    if time.monotonic() - child.proc.started_at > STABLE_AFTER_S:
-                        child.failures = 0
-                    continue
-                final = self.handle_death(child)
+                with self.lock:
+                    if child.name in self.held:
+                        continue
+                    if child.engine is not None and child.engine.hung():
+                        self.out(f"[{child.name}] /health has not answered for a while: the engine "
+                                 "is hung; killing it")
+                        child.proc.kill()
+                    if child.proc.alive():
+                        if time.monotonic() - child.proc.started_at > STABLE_AFTER_S:
+                            child.failures = 0
+                        continue
+                    self.held.add(child.name)
+                try:
+                    final = self.handle_death(child)
+                finally:
+                    self.release(child.name)
                 if final:
                     return final
             time.sleep(0.5)
+
+    # --- restarting on purpose, one process at a time (server/stack/rolling.py) ----------
+    def hold(self, name: str, proc: ManagedProcess) -> bool:
+        """Take a running process from the watch loop; False if it is down or held already."""
+        with self.lock:
+            if name in self.held or not proc.alive():
+                return False
+            self.held.add(name)
+            return True
+
+    def release(self, name: str) -> None:
+        with self.lock:
+            self.held.discard(name)
 
     def handle_death(self, child: Child) -> Optional[str]:
         child.failures += 1
@@ -320,6 +366,10 @@ def run(settings: Settings, out=print) -> int:
     """``ernie-chat up``: returns the process exit code."""
     signal.signal(signal.SIGTERM, raise_shutdown)
     stack = Stack(settings, out=out)
+    folder = restart_control.run_folder(settings)
+    restart_control.announce(folder)
+    # Taken up by the watch loop, once everything runs (SIGHUP's default would end `up`).
+    signal.signal(restart_control.SIGNAL, lambda *_: stack.restart_asked.set())
     try:
         stack.start()
         if settings.node_role == "engines":
@@ -344,5 +394,7 @@ def run(settings: Settings, out=print) -> int:
         # A second Ctrl-C must not interrupt the cleanup that stops vLLM.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(restart_control.SIGNAL, signal.SIG_IGN)
         stack.stop()
+        restart_control.withdraw(folder)
         out("Stopped.")
