@@ -13,10 +13,12 @@ import json
 import time
 from contextlib import aclosing
 
+import httpx
 import openai
+import pytest
 
 from app.engine_client import ReplyStats, make_client
-from app.failover import resilient_reply
+from app.failover import TELL_AFTER_TRIES, resilient_reply, when_engine_answers
 from server.settings import Settings
 
 
@@ -128,3 +130,48 @@ async def test_a_server_that_cannot_continue_keeps_the_cut_as_an_error():
     engine = Engine([("cut", 2), ("ok", 6)])
     text, stats, waits, error = await reply(engine, can_continue=False)
     assert error is not None and text == "w0 w1 " and len(engine.bodies) == 1
+
+
+# --- the steps before a reply (app/failover.when_engine_answers) -----------------------------
+
+def failing(errors: list, value="ready"):
+    """An async call that raises ``errors`` in turn, then returns ``value``; counts its calls."""
+    calls = []
+
+    async def call():
+        calls.append(time.monotonic())
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return value
+    return call, calls
+
+
+def http_error(status: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", "http://engine/tokenize")
+    return httpx.HTTPStatusError(f"{status}", request=request, response=httpx.Response(status, request=request))
+
+
+async def test_the_count_before_a_reply_waits_for_an_engine_that_is_away():
+    gone = openai.APIConnectionError(request=httpx.Request("POST", "http://engine/tokenize"))
+    call, calls = failing([gone] * 4)
+    waits = []
+
+    async def on_wait():
+        waits.append(True)
+    assert await when_engine_answers(call, 10.0, on_wait) == "ready"
+    assert len(calls) == 5 and waits == [True]   # told once, after the quick tries
+
+
+async def test_an_engine_error_is_tried_a_few_times_then_raised():
+    async def on_wait():
+        raise AssertionError("a failing engine is not an engine that is away")
+    call, calls = failing([http_error(500)] * 2)
+    assert await when_engine_answers(call, 10.0, on_wait) == "ready"
+    call, calls = failing([http_error(500)] * 10)
+    with pytest.raises(httpx.HTTPStatusError):
+        await when_engine_answers(call, 10.0, on_wait)
+    assert len(calls) == TELL_AFTER_TRIES
+    call, calls = failing([ValueError("not the engine's")])
+    with pytest.raises(ValueError):
+        await when_engine_answers(call, 10.0, on_wait)
+    assert len(calls) == 1
