@@ -79,12 +79,6 @@ def _quick_tier_guard(request):
 TEST_MAX_MODEL_LEN = 4096
 
 
-# The suite's vLLMs run without torch.compile: on 2 cores a start took 24-26 s against
-# 40-43 s, and the demo model's decode was no slower (370-450 tokens/s against 285-480).
-# test_supervisor's `up` keeps the product's default, so the compiled start stays tested.
-COMPILE_OFF = {"ERNIE_TORCH_COMPILE": "off"}
-
-
 def engine_settings(tmp: Path, **overrides):
     values = dict(
         model="demo",
@@ -96,7 +90,6 @@ def engine_settings(tmp: Path, **overrides):
         kv_cache_gib=1,
         max_tokens=64,
         startup_timeout_s=900,
-        torch_compile="off",  # see COMPILE_OFF
     )
     values.update(overrides)
     return load_settings(**values)

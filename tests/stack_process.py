@@ -18,7 +18,6 @@ from pathlib import Path
 from server.paths import ROOT
 from server.settings import Settings
 from server.stack.processes import free_port
-from tests.conftest import COMPILE_OFF
 
 
 def descendants(pid: int) -> set[int]:
@@ -54,7 +53,7 @@ class Up:
         self.settings = Settings(_env_file=None, log_file=tmp / "llm.log")  # where its state file is
         self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
                     "ERNIE_APP_PORT": str(self.app_port), "ERNIE_LOG_FILE": str(tmp / "llm.log"),
-                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1", **COMPILE_OFF, **env}
+                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1", **env}
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
