@@ -66,11 +66,16 @@ class Up:
     def wait_for(self, pattern: str, timeout_s: float = 600, after: int = 0) -> int:
         """Index of the first output line after ``after`` matching ``pattern``."""
         deadline = time.monotonic() + timeout_s
+        exited_at = None
         while time.monotonic() < deadline:
             for i in range(after, len(self.lines)):
                 if re.search(pattern, self.lines[i]):
                     return i
-            assert self.proc.poll() is None or len(self.lines) > after, self.output()
+            if self.proc.poll() is not None:
+                # Its last lines may still be on their way through the reader thread.
+                exited_at = exited_at or time.monotonic()
+                assert time.monotonic() - exited_at < 2, (
+                    f"`up` exited ({self.proc.returncode}) with no line matching {pattern!r}:\n{self.output()}")
             time.sleep(0.2)
         raise AssertionError(f"no line matching {pattern!r}:\n{self.output()}")
 

@@ -322,6 +322,15 @@ case $phase in
     cli qa-load --users 1000 --turns 4 --think-s 3 --ramp-s 10 --processes 4 --kill worker:1@15 \
         --kill engine:1@25 --reply-timeout-s 240 --no-plots --out /tmp/res/failover-2copies/qa 2>&1 | tail -n 25
     up_stop ;;
+  failover-saved)  # failover's kills with login and saved chats (SQLite): a dead worker's replies
+                    # are taken over by another worker (app/in_flight.py)
+    export ERNIE_QA_PASSWORD=qa-load-password-4711
+    up_start failover-saved ERNIE_ENGINE_COPIES=2 ERNIE_STREAM_INTERVAL=8 \
+        ERNIE_USERS="qa:$ERNIE_QA_PASSWORD" ERNIE_CHAT_DB=/tmp/res/failover-saved/chats.db || exit 1
+    cli qa-load --login qa --users 1000 --turns 4 --think-s 3 --ramp-s 10 --processes 4 \
+        --kill worker:1@15 --kill engine:1@25 --reply-timeout-s 240 --no-plots \
+        --out /tmp/res/failover-saved/qa 2>&1 | grep -v "^\[qa-load\] *[0-9]* s " | tail -n 25
+    up_stop ;;
   failover-1copy)  # (see failover)
     up_start failover-1copy ERNIE_STREAM_INTERVAL=8 || exit 1
     cli qa-load --users 200 --turns 4 --think-s 3 --ramp-s 10 --processes 2 --kill engine:0@15 \
