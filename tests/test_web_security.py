@@ -10,17 +10,21 @@ machine runs it, and without an engine: none of this needs one.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import uuid
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import socketio
 
+from server.stack.balancer import STICKY_COOKIE
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
+from server.worker_drain import PATH, TOKEN_ENV
 from tests.conftest import ROOT, engine_settings
 
 PARTNER = "http://partner.example"
@@ -211,3 +215,42 @@ async def test_an_uploaded_picture_still_shows_inline(balanced_app):
     assert served.headers["content-type"] == "image/png"
     assert served.headers["content-disposition"] == "inline"
     assert served.headers["x-content-type-options"] == "nosniff"
+
+
+# --- draining a worker (app/drain.py): the supervisor's alone ----------------------------------
+
+def drain_tokens() -> list[str]:
+    """Each worker's drain token, from its environment (as root, the test can read it)."""
+    from tests.stack_process import descendants
+    tokens = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"app.serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+                tokens.append(env[TOKEN_ENV.encode()].decode())
+        except (OSError, KeyError):
+            continue
+    return tokens
+
+
+def test_no_one_but_the_supervisor_can_drain_a_worker(balanced_app):
+    """A client that drained workers would close every chat's socket: each attempt through
+    HAProxy, to each worker, without the token, with a wrong one or the other worker's, is
+    refused, and no worker starts draining."""
+    tokens = drain_tokens()
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
+    url = balanced_app.app_url + PATH
+    for worker in ("w0", "w1"):
+        pin = {"Cookie": f"{STICKY_COOKIE}={worker}"}
+        for auth in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer x" * 3},
+                     {"Authorization": tokens[0] + tokens[1]}, {"Authorization": tokens[0]}):
+            for method in ("POST", "GET"):
+                refused = httpx.request(method, url, headers=pin | auth)
+                assert refused.status_code == 403 and refused.json() == {}, (worker, auth, method)
+        answers = [httpx.get(url, headers=pin | {"Authorization": f"Bearer {t}"}) for t in tokens]
+        # Its own token reads it (not draining); the other worker's is refused, to drain too.
+        assert sorted(a.status_code for a in answers) == [200, 403], (worker, answers)
+        own = next(a for a in answers if a.status_code == 200)
+        assert own.json()["draining"] is False
+        other = tokens[[a.status_code for a in answers].index(403)]
+        assert httpx.post(url, headers=pin | {"Authorization": f"Bearer {other}"}).status_code == 403
