@@ -267,7 +267,7 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long",
     try:
         # The engine may be restarting: its count waits for it as the reply would (failover).
         model, max_len, fitted, resumed = await failover.when_engine_answers(
-            prepared, SETTINGS.continue_wait_s, say_waiting)
+            prepared, SETTINGS.continue_wait_s, say_waiting, engine_restarting)
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return

@@ -28,7 +28,8 @@ T = TypeVar("T")
 
 
 async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
-                              on_wait: Callable[[], Awaitable[None]]) -> T:
+                              on_wait: Callable[[], Awaitable[None]],
+                              restarting: Callable[[], bool] = lambda: True) -> T:
     """``call()`` (the steps before a reply: what the engine is, the prompt's count), tried
     again as a reply's request is while the engine is away, for up to ``wait_s``; ``on_wait``
     once when it waits. Any other failure is raised at once, but for the engine's own errors
@@ -45,7 +46,9 @@ async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
             failed_at = failed_at or now
             kind = ec.error_kind(exc)
             transient = kind == "engine_error" and tries < TELL_AFTER_TRIES - 1
-            if not transient and next_step(kind, "", 0, 1, now - failed_at, wait_s) != "retry":
+            # Nothing listening and no restart on its way: an engine that is down, said at once.
+            down = kind == "unreachable" and tries >= TELL_AFTER_TRIES - 1 and not restarting()
+            if down or not transient and next_step(kind, "", 0, 1, now - failed_at, wait_s) != "retry":
                 raise
             tries += 1
             if tries == TELL_AFTER_TRIES:
