@@ -27,6 +27,31 @@ TELL_AFTER_TRIES = 4
 T = TypeVar("T")
 
 
+class Outage:
+    """The tries since a reply (or the steps before it) last got an answer: how long the
+    engine has been away, and the pause before the next try, which tells the chat once that
+    it waits (``TELL_AFTER_TRIES``)."""
+
+    def __init__(self, wait_s: float, on_wait: Callable[[], Awaitable[None]]):
+        self.wait_s, self.on_wait = wait_s, on_wait
+        self.failed_at: Optional[float] = None
+        self.tries = 0
+        self.told = False
+
+    def waited_s(self) -> float:
+        """Seconds since the first failure of this outage (0 for the first)."""
+        now = time.monotonic()
+        self.failed_at = self.failed_at or now
+        return now - self.failed_at
+
+    async def pause(self) -> None:
+        self.tries += 1
+        if self.tries >= TELL_AFTER_TRIES and not self.told:
+            self.told = True
+            await self.on_wait()
+        await asyncio.sleep(retry_delay_s(self.tries, self.wait_s - self.waited_s()))
+
+
 async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
                               on_wait: Callable[[], Awaitable[None]],
                               restarting: Callable[[], bool] = lambda: True) -> T:
@@ -36,24 +61,19 @@ async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
     (HTTP 500), which are tried again a few times first: these steps only read, and a vLLM
     whose engine core died answered /tokenize with a 500 for a moment before it went away
     (seen on the H200: 2-4 chats in 800-3,700)."""
-    failed_at: Optional[float] = None
-    tries = 0
+    outage = Outage(wait_s, on_wait)
     while True:
         try:
             return await call()
         except Exception as exc:
-            now = time.monotonic()
-            failed_at = failed_at or now
+            waited_s = outage.waited_s()
             kind = ec.error_kind(exc)
-            transient = kind == "engine_error" and tries < TELL_AFTER_TRIES - 1
+            transient = kind == "engine_error" and outage.tries < TELL_AFTER_TRIES - 1
             # Nothing listening and no restart on its way: an engine that is down, said at once.
-            down = kind == "unreachable" and tries >= TELL_AFTER_TRIES - 1 and not restarting()
-            if down or not transient and next_step(kind, "", 0, 1, now - failed_at, wait_s) != "retry":
+            down = kind == "unreachable" and outage.tries >= TELL_AFTER_TRIES - 1 and not restarting()
+            if down or not transient and next_step(kind, "", 0, 1, waited_s, wait_s) != "retry":
                 raise
-            tries += 1
-            if tries == TELL_AFTER_TRIES:
-                await on_wait()
-            await asyncio.sleep(retry_delay_s(tries, wait_s - (time.monotonic() - failed_at)))
+            await outage.pause()
 
 
 def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool) -> None:
@@ -100,9 +120,7 @@ async def resilient_reply(
     request = (continuation_request(messages, shown, max_tokens, produced, extra_body) if from_text
                else ContinuationRequest(messages, max_tokens, extra_body or {}))
     uncounted = False          # a cut the reply has not yet gone on from
-    failed_at: Optional[float] = None
-    tries = 0                  # since the reply last made progress
-    told = False               # on_wait ran for this outage
+    outage = Outage(wait_s, on_wait)
     while True:
         part = ec.ReplyStats()
         try:
@@ -112,25 +130,21 @@ async def resilient_reply(
                 async for piece in pieces:
                     merge(stats, part, produced, from_text)
                     stats.continued += uncounted
-                    uncounted, failed_at, tries, told = False, None, 0, False  # going again
+                    uncounted = False
+                    if outage.failed_at is not None:  # going again: a later cut is a new outage
+                        outage = Outage(wait_s, on_wait)
                     shown += piece
                     yield piece
         except Exception as exc:
             merge(stats, part, produced, from_text)
             produced = stats.completion_tokens or produced
-            now = time.monotonic()
-            failed_at = failed_at or now
-            step = next_step(ec.error_kind(exc), shown, produced, max_tokens, now - failed_at, wait_s)
+            step = next_step(ec.error_kind(exc), shown, produced, max_tokens, outage.waited_s(), wait_s)
             if step == "done":
                 stats.finish_reason, stats.finished_at = "length", time.perf_counter()
                 return
             if step == "give_up" or (step == "continue" and not can_continue):
                 raise
-            tries += 1
-            if tries >= TELL_AFTER_TRIES and not told:
-                told = True
-                await on_wait()
-            await asyncio.sleep(retry_delay_s(tries, wait_s - (time.monotonic() - failed_at)))
+            await outage.pause()
             if step == "continue":
                 from_text = uncounted = True
                 request = continuation_request(messages, shown, max_tokens, produced, extra_body)
