@@ -54,11 +54,11 @@ def upstreams():
         server.server_close()
 
 
-@pytest.fixture
-def haproxy(upstreams, tmp_path):
+def start_haproxy(upstreams, tmp_path, **front_kind):
     port = free_port()
-    front = balancer.Frontend("engine", "127.0.0.1", port, health_path="/health", replay=True,
-                              servers=tuple(balancer.Backend("127.0.0.1", s.server_port) for s in upstreams))
+    front = balancer.Frontend(front_kind.pop("name", "engine"), "127.0.0.1", port, health_path="/health",
+                              servers=tuple(balancer.Backend("127.0.0.1", s.server_port) for s in upstreams),
+                              **front_kind)
     config = balancer.BalancerConfig((front,), max_connections=balancer.max_connections(balancer.open_files_limit()))
     process = balancer.managed_haproxy(config, tmp_path / "haproxy.cfg", tmp_path / "haproxy.log",
                                        tmp_path)
@@ -71,6 +71,20 @@ def haproxy(upstreams, tmp_path):
             break
         except httpx.TransportError:
             time.sleep(0.1)
+    return url, process
+
+
+@pytest.fixture
+def haproxy(upstreams, tmp_path):
+    url, process = start_haproxy(upstreams, tmp_path, replay=True)
+    yield url
+    process.stop()
+
+
+@pytest.fixture
+def sticky_haproxy(upstreams, tmp_path):
+    """The chat's frontend: browsers pinned to their worker by a cookie."""
+    url, process = start_haproxy(upstreams, tmp_path, name="chat", sticky=True)
     yield url
     process.stop()
 
@@ -86,6 +100,21 @@ def test_servers_whose_checks_time_out_still_get_the_requests(upstreams, haproxy
     replies = [httpx.get(haproxy + "/", timeout=10) for _ in range(6)]
     assert {r.status_code for r in replies} == {200}, [r.text for r in replies]
     assert {r.text for r in replies} == {f"served by {s.server_port}" for s in upstreams}
+
+
+def test_a_pinned_browser_keeps_its_worker_while_every_check_times_out(upstreams, sticky_haproxy):
+    """A chat lives in one worker's memory: a saturated machine (every check late) must not
+    scatter a browser's page, socket and uploads over the workers ("Session not found")."""
+    browsers = [httpx.Client(base_url=sticky_haproxy, timeout=10) for _ in range(2)]
+    first = [b.get("/").text for b in browsers]
+    assert len(set(first)) == 2, first
+    for server in upstreams:
+        server.health_delay_s = 5
+    time.sleep(6)
+    for browser, server in zip(browsers, first):
+        assert {browser.get("/").text for _ in range(6)} == {server}
+    newcomer = httpx.Client(base_url=sticky_haproxy, timeout=10)
+    assert len({newcomer.get("/").text for _ in range(6)}) == 1
 
 
 def test_a_dead_server_leaves_rotation_and_the_other_takes_everything(upstreams, haproxy):

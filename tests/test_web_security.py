@@ -10,7 +10,6 @@ machine runs it, and without an engine: none of this needs one.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import uuid
 from contextlib import asynccontextmanager
@@ -36,7 +35,7 @@ HTML_PAGE = b"<html><body><script>fetch('/stolen?' + document.cookie)</script>he
 
 
 @pytest.fixture(scope="module")
-def balanced_app(tmp_path_factory):
+def web_stack(tmp_path_factory):
     """Two Chainlit workers behind HAProxy; one partner origin allowed."""
     settings = engine_settings(tmp_path_factory.mktemp("web"), engine_url=f"http://127.0.0.1:{free_port()}",
                                app_workers=2, allowed_origins=PARTNER)
@@ -45,9 +44,14 @@ def balanced_app(tmp_path_factory):
         stack.plan()
         stack.start_balancer()
         stack.start_app()
-        yield settings
+        yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def balanced_app(web_stack):
+    return web_stack.settings
 
 
 # --- other origins: CORS and the socket ------------------------------------------------
@@ -219,27 +223,23 @@ async def test_an_uploaded_picture_still_shows_inline(balanced_app):
 
 # --- draining a worker (app/drain.py): the supervisor's alone ----------------------------------
 
-def drain_tokens() -> list[str]:
-    """Each worker's drain token, from its environment (as root, the test can read it)."""
-    from tests.stack_process import descendants
+def drain_tokens(stack: Stack) -> list[str]:
+    """Each of this stack's workers' drain token, from its environment (as root, the test can
+    read it; other tests' workers run beside these in the same suite)."""
     tokens = []
-    for pid in descendants(os.getpid()):
-        try:
-            if b"app.serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
-                tokens.append(env[TOKEN_ENV.encode()].decode())
-        except (OSError, KeyError):
-            continue
+    for worker in stack.apps.workers:
+        env = Path(f"/proc/{worker.proc.pid}/environ").read_bytes().split(b"\0")
+        tokens += [v.split(b"=", 1)[1].decode() for v in env if v.startswith(TOKEN_ENV.encode() + b"=")]
     return tokens
 
 
-def test_no_one_but_the_supervisor_can_drain_a_worker(balanced_app):
+def test_no_one_but_the_supervisor_can_drain_a_worker(web_stack):
     """A client that drained workers would close every chat's socket: each attempt through
     HAProxy, to each worker, without the token, with a wrong one or the other worker's, is
     refused, and no worker starts draining."""
-    tokens = drain_tokens()
+    tokens = drain_tokens(web_stack)
     assert len(tokens) == 2 and tokens[0] != tokens[1]
-    url = balanced_app.app_url + PATH
+    url = web_stack.settings.app_url + PATH
     for worker in ("w0", "w1"):
         pin = {"Cookie": f"{STICKY_COOKIE}={worker}"}
         for auth in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer x" * 3},

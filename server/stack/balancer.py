@@ -144,9 +144,8 @@ def render_haproxy(config: BalancerConfig) -> str:
                       "    option forwardfor"]
         lines += retry_elsewhere(front)
         for i, server in enumerate(front.servers):
-            cookie = f" cookie w{i}" if front.sticky else ""
             lines.append(f"    server {front.name}{i} {bind_address(server.host, server.port)} {CHECK}"
-                         f"{OBSERVE if front.replay else ''}{cookie}")
+                         f"{OBSERVE if front.replay else ''}{sticky_cookie(front, i)}")
         lines += last_resort(front)
     return "\n".join(lines) + "\n"
 
@@ -187,11 +186,16 @@ def last_resort(front: Frontend) -> list[str]:
     A check that times out on a saturated machine (2 s while vLLM holds every core) is not a
     dead server; without these, HAProxy answers 503 to everyone although the servers would
     have answered. A server that is really dead refuses the connection and `redispatch` moves
-    the request on.
+    the request on. Each carries its twin's cookie: a chat lives in one worker's memory, and
+    a browser whose page, socket and uploads were spread over the workers would lose it.
     """
     return ["    option allbackups"] + [
         f"    server {front.name}{i}-last-resort {bind_address(server.host, server.port)} backup"
-        for i, server in enumerate(front.servers)]
+        f"{sticky_cookie(front, i)}" for i, server in enumerate(front.servers)]
+
+
+def sticky_cookie(front: Frontend, index: int) -> str:
+    return f" cookie w{index}" if front.sticky else ""
 
 
 def client_limit(front: Frontend) -> list[str]:
