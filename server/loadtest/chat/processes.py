@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 from server.loadtest.lib.chat_socket import QaLoadError
 from server.loadtest.lib.client_processes import MAX_PROCESSES, ClientProcesses, even_shares
+from server.loadtest.lib.login import client_environment
 from server.paths import ROOT
 from server.progress import StatusLine
 
@@ -45,14 +47,16 @@ async def wait_until_sent() -> None:
 
 
 async def run_processes(url: str, sessions: int, processes: int, timeout_s: float,
-                        prompts_file: Optional[Path]) -> list[dict]:
-    """Each client process's ``--json`` result, once every one has sent and finished."""
+                        prompts_file: Optional[Path], cookie: str = "") -> list[dict]:
+    """Each client process's ``--json`` result, once every one has sent and finished.
+    ``cookie``: the run's login, handed over in the environment (``login.COOKIE_ENV``)."""
     sizes = shares(sessions, processes)
     command = [sys.executable, "-m", "server.cli", "qa-load", "--url", url, "--json", GO_FLAG,
                "--timeout-s", f"{timeout_s:g}"] + (["--prompts-file", str(prompts_file)] if prompts_file else [])
     status = StatusLine("qa-load", stream=sys.stderr, plain_every_s=5.0)
     async with ClientProcesses([command + ["--sessions", str(size)] for size in sizes], ROOT, READY,
-                               QaLoadError, "client process") as group:
+                               QaLoadError, "client process",
+                               env=client_environment(cookie, os.environ)) as group:
         await group.wait_ready(lambda n: status.update(
             f"{sessions} chats in {len(sizes)} processes: {n} have theirs open"))
         await group.tell(["go"] * len(sizes))  # all at once: one burst

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import sys
 import time
@@ -61,6 +62,7 @@ from typing import Awaitable, Callable, Optional
 from server.loadtest.chat import processes as qa_processes
 from server.loadtest.lib.chat_socket import (ChatSession, QaLoadError, SessionRecord, check_app,
                                              count_crossed, read_prompts)
+from server.loadtest.lib.login import PASSWORD_ENV, chat_cookie_for
 from server.loadtest.lib.stats import distribution_ms
 from server.progress import StatusLine
 
@@ -120,14 +122,16 @@ def check_sessions(sessions: int) -> None:
 
 
 async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float,
-                   before_sending: Optional[Callable[[], Awaitable[None]]] = None) -> dict:
+                   before_sending: Optional[Callable[[], Awaitable[None]]] = None,
+                   cookie: str = "") -> dict:
     """Open ``sessions`` chats, then ask in all of them at once; the result of ``--json``.
-    ``before_sending``: awaited once the chats are open (a client of ``--processes``)."""
+    ``before_sending``: awaited once the chats are open (a client of ``--processes``);
+    ``cookie``: the login every chat sends (``--login``)."""
     check_sessions(sessions)
     if timeout_s <= 0 or not prompts:
         raise QaLoadError("--timeout-s must be positive and there must be at least one prompt.")
     url = url.rstrip("/")
-    await check_app(url)
+    await check_app(url, logged_in=bool(cookie))
     records = make_records(prompts, sessions)
     chats = [ChatSession(record) for record in records]
     # On stderr: with --json, stdout is the result alone.
@@ -139,7 +143,8 @@ async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float
             await asyncio.sleep(0.5)
 
     async def converse() -> None:
-        opened = await asyncio.gather(*(chat.open(url) for chat in chats))
+        headers = {"Cookie": cookie} if cookie else None
+        opened = await asyncio.gather(*(chat.open(url, headers=headers) for chat in chats))
         if before_sending:
             await before_sending()
         await asyncio.gather(*(chat.ask() for chat, ok in zip(chats, opened) if ok))
@@ -210,6 +215,9 @@ def add_parser(sub) -> None:
     qa.add_argument("--processes", type=int, default=1,
                     help="client processes sharing the chats, which still send at once (default 1; "
                     "at ~1,000 chats one process adds to the TTFT it measures: use 4)")
+    qa.add_argument("--login", metavar="NAME",
+                    help=f"log in once as NAME (password in {PASSWORD_ENV}) and open every chat "
+                    "with that login: for a stack with login (ERNIE_USERS)")
     qa.add_argument(qa_processes.GO_FLAG, action="store_true", help=argparse.SUPPRESS)
     from server.loadtest.users import load as user_load
     user_load.add_user_arguments(qa)
@@ -223,18 +231,23 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         else:
             from server.settings import load_settings
             url = load_settings().app_url
+        url = url.rstrip("/")
+        prompts = read_prompts(args.prompts_file)  # a bad file is refused before any process starts
+        if args.users is None and args.processes != 1:
+            check_sessions(args.sessions)
+        # Before any chat opens or client process starts: a refused login stops the run here.
+        cookie = asyncio.run(chat_cookie_for(url, args.login, os.environ, args.send_on_stdin))
         if args.users is not None:
             from server.loadtest.users import load as user_load
-            return user_load.cmd_users(args, url, read_prompts(args.prompts_file))
-        prompts = read_prompts(args.prompts_file)  # a bad file is refused before any process starts
+            return user_load.cmd_users(args, url, prompts, cookie)
         if args.processes != 1:
-            check_sessions(args.sessions)
             results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
-                                                             args.timeout_s, args.prompts_file))
+                                                             args.timeout_s, args.prompts_file, cookie))
             result = merge(results, url)
         else:
             result = asyncio.run(run_load(url, prompts, args.sessions, args.timeout_s,
-                                          qa_processes.wait_until_sent if args.send_on_stdin else None))
+                                          qa_processes.wait_until_sent if args.send_on_stdin else None,
+                                          cookie))
     except (QaLoadError, OSError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2

@@ -395,8 +395,9 @@ async def first_set(*events: asyncio.Event, timeout_s: Optional[float] = None) -
     return bool(done)
 
 
-async def check_app(url: str) -> None:
-    """Fail at once, with one message, where no chat could open.
+async def check_app(url: str, logged_in: bool = False) -> None:
+    """Fail at once, with one message, where no chat could open (``logged_in``: the chats
+    will carry a login, ``--login``).
 
     Chainlit refuses the socket of a client that is not logged in with no reason
     given (it raises the builtin ConnectionRefusedError), so ask the app first.
@@ -412,9 +413,11 @@ async def check_app(url: str) -> None:
         auth = None
     if not isinstance(auth, dict) or "requireLogin" not in auth:
         raise QaLoadError(f"{url} does not answer as a Chainlit app (GET /auth/config).")
-    if auth["requireLogin"]:  # null without login, not false
-        raise QaLoadError(f"The app at {url} requires login (ERNIE_CHAT_DB with users) and "
-                          "qa-load opens chats without one: run it against an app without login.")
+    if auth["requireLogin"] and not logged_in:  # null without login, not false
+        raise QaLoadError(f"The app at {url} requires login (ERNIE_USERS): give qa-load "
+                          "--login NAME with the password in ERNIE_QA_PASSWORD.")
+    if logged_in and not auth["requireLogin"]:
+        raise QaLoadError(f"The app at {url} has no login (no ERNIE_USERS): leave out --login.")
 
 
 def count_crossed(records: list[SessionRecord]) -> int:

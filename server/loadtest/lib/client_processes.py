@@ -30,8 +30,9 @@ class ClientProcesses:
     they are still running (an error, Ctrl-C)."""
 
     def __init__(self, commands: list[list[str]], cwd: Path, ready_line: str, error: type[Exception],
-                 name: str, on_line: Optional[Callable[[int, str], bool]] = None):
-        self.commands, self.cwd, self.ready_line = commands, cwd, ready_line
+                 name: str, on_line: Optional[Callable[[int, str], bool]] = None,
+                 env: Optional[dict[str, str]] = None):
+        self.commands, self.cwd, self.ready_line, self.env = commands, cwd, ready_line, env
         self.error, self.name = error, name
         self.on_line = on_line  # (child, line) -> True when it was the child's progress, not news
         self.procs: list[asyncio.subprocess.Process] = []
@@ -43,7 +44,7 @@ class ClientProcesses:
     async def __aenter__(self) -> "ClientProcesses":
         for command in self.commands:
             self.procs.append(await asyncio.create_subprocess_exec(
-                *command, cwd=self.cwd, stdin=asyncio.subprocess.PIPE,
+                *command, cwd=self.cwd, env=self.env, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE))
         self.ready = [asyncio.Event() for _ in self.procs]
         self.last_words = [""] * len(self.procs)

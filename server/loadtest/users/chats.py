@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 import httpx
@@ -51,13 +51,13 @@ class Chat(Protocol):
 class AppChat:
     """A chat of the app through its websocket, as a browser tab (chat_socket)."""
 
-    def __init__(self, url: str, index: int, tag: str):
-        self.url = url
+    def __init__(self, url: str, index: int, tag: str, cookie: str = ""):
+        self.url, self.headers = url, {"Cookie": cookie} if cookie else None
         # Reconnects as the browser's socket.io client does (same session id, its cookies).
         self.session = ChatSession(SessionRecord(index, tag, prompt=""), reconnect=True)
 
     async def open(self) -> str:
-        ok = await self.session.open(self.url)
+        ok = await self.session.open(self.url, headers=self.headers)
         return "" if ok else (self.session.record.error or "the chat did not open")
 
     async def ask(self, prompt: str) -> Reply:
@@ -140,6 +140,8 @@ class Target:
     ignore_eos: bool = False
     temperature: Optional[float] = None  # None: the engine's default
     top_p: Optional[float] = None
+    # The app's login for every chat (qa-load --login); it reaches client processes on stdin.
+    cookie: str = field(default="", repr=False)
 
     def sampling(self) -> dict:
         """What a direct chat sends besides the messages, as the app would."""
@@ -151,8 +153,8 @@ class Target:
 async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int, str], Chat]:
     """Check the target answers, then return a function that builds one user's chat."""
     if target.through == "app":
-        await check_app(target.url)
-        return lambda index, tag: AppChat(target.url, index, tag)
+        await check_app(target.url, logged_in=bool(target.cookie))
+        return lambda index, tag: AppChat(target.url, index, tag, target.cookie)
     if target.through != "engine":
         raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
     cfg = BenchConfig(url=target.url, api_key=target.api_key)

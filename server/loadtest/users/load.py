@@ -96,9 +96,9 @@ def user_model(args, users: int) -> UserModel:
                      window_s=args.duration_s, reply_timeout_s=args.reply_timeout_s, seed=args.seed)
 
 
-def cmd_users(args, url: str, prompts: list[str]) -> int:
+def cmd_users(args, url: str, prompts: list[str], cookie: str = "") -> int:
     from server.loadtest.users import report as user_report
-    result = asyncio.run(run_user_load(Target("app", url.rstrip("/")), user_model(args, args.users),
+    result = asyncio.run(run_user_load(Target("app", url.rstrip("/"), cookie=cookie), user_model(args, args.users),
                                        prompts, "qa-load", args.processes, args.kill))
     print(user_report.render(result))
     for path in user_report.save(result, results_folder(args.out),
