@@ -37,15 +37,18 @@ import chainlit as cl
 import jwt as pyjwt
 from chainlit.auth import get_current_user, reuseable_oauth
 from chainlit.auth.cookie import get_token_from_cookies
+from chainlit.auth.jwt import get_jwt_secret
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security.utils import get_authorization_scheme_param
 
 from app.asgi_headers import send_refusal
-from server.auth_store import AuthStore
+from server.auth_store import AuthStore, open_store
+from server.settings import Settings
 
 log = logging.getLogger(__name__)
 
 PROVIDER = "password"  # the metadata of a password login's token
+OIDC_PROVIDER = "oidc"  # the metadata of a sign-in through a provider (app/oidc.py)
 _PURPOSE = b"ernie-chat password fingerprint"
 
 
@@ -63,14 +66,24 @@ def token_digest(token: str) -> str:
 class Sessions:
     """The checks, over the store, ERNIE_USERS and the secret that signs the tokens."""
 
-    def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str):
+    def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str,
+                 oidc_recheck_s: Optional[float] = None):
         self.store, self.users, self.auth_secret = store, users, auth_secret
+        self.oidc_recheck_s = oidc_recheck_s  # None: sign-in through a provider is off
 
     def user_metadata(self, name: str) -> dict:
         """What a password login puts in its token.  The random id makes each login's token
         unique: two logins of one user in one second would otherwise get the same token,
         and a logout of the one would revoke the other."""
         return {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
+                "login": secrets.token_hex(8)}
+
+    @staticmethod
+    def oidc_metadata(role: str) -> dict:
+        """What a sign-in through the provider puts in its token.  ``signed_in`` survives
+        ``/auth/jwt`` renewals (they copy the metadata), so the provider is asked again in
+        time however often the token is renewed."""
+        return {"provider": OIDC_PROVIDER, "role": role, "signed_in": int(time.time()),
                 "login": secrets.token_hex(8)}
 
     def claims(self, token: Optional[str]) -> Optional[dict]:
@@ -96,6 +109,17 @@ class Sessions:
                 return "no longer in ERNIE_USERS"
             if not hmac.compare_digest(str(metadata.get("key", "")), fingerprint(self.auth_secret, stored)):
                 return "password changed"
+        if metadata.get("provider") == OIDC_PROVIDER:
+            return self._oidc_refusal(name, metadata)
+        return None
+
+    def _oidc_refusal(self, name: str, metadata: dict) -> Optional[str]:
+        if self.oidc_recheck_s is None:
+            return "sign-in through the provider is off"
+        if name in self.users:
+            return "the name is now a password user's"
+        if time.time() - float(metadata.get("signed_in", 0)) > self.oidc_recheck_s:
+            return "the provider's sign-in is due again (ERNIE_OIDC_RECHECK_S)"
         return None
 
     async def usable(self, token: Optional[str]) -> bool:
@@ -132,6 +156,17 @@ class RenewalGuard:
                 await send_refusal(send, 401, "Invalid token")
                 return
         await self.app(scope, receive, send)
+
+
+def start(settings: Settings) -> Sessions:
+    """The checks over the shared store, installed; call at import time of the Chainlit app,
+    with passwords, a provider or both turned on."""
+    # Unset, Chainlit refuses to start right after this import (ensure_jwt_secret).
+    sessions = Sessions(open_store(settings.chat_db, settings.auth_db), settings.user_passwords,
+                        get_jwt_secret() or "",
+                        settings.oidc_recheck_s if settings.oidc_issuer is not None else None)
+    install(sessions, settings.session_lifetime_s)
+    return sessions
 
 
 def install(sessions: Sessions, lifetime_s: float) -> None:

@@ -26,9 +26,9 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (boot_cookie, drain, export, failover, files_dir, in_flight, live_view, login,
-                 origins, page_policy, regenerate, saved_chats, served_files, server_info,
-                 session_guard, session_tasks, token_count, upload_check, upload_limit)
+from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight, live_view,
+                 login, oidc, origins, page_policy, regenerate, saved_chats, served_files,
+                 server_info, session_guard, session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -398,8 +398,12 @@ async def on_chat_end() -> None:
 
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
 
-if SETTINGS.users is not None:
-    login.install(SETTINGS)
+if SETTINGS.login_on:
+    _SESSIONS = auth_sessions.start(SETTINGS)
+    if SETTINGS.users is not None:
+        login.install(SETTINGS, _SESSIONS)
+    if SETTINGS.oidc_issuer is not None:
+        oidc.install(SETTINGS, _SESSIONS)
 
 if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)

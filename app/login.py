@@ -24,15 +24,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 import chainlit as cl
-from chainlit.auth.jwt import get_jwt_secret
 
-from app import auth_sessions, device_cookie
+from app import device_cookie
 from app.asgi_headers import send_refusal, with_header
 from app.auth_sessions import Sessions
 from app.device_cookie import DeviceCookies
 from app.login_throttle import LoginThrottle, Policies
 from app.texts import lang_of, text
-from server.auth_store import open_store
 from server.passwords import check_password, plain_warning
 from server.settings import Settings
 
@@ -115,19 +113,15 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
     return password_auth
 
 
-def install(settings: Settings) -> None:
-    """Turn on password login; call at import time of the Chainlit app."""
+def install(settings: Settings, sessions: Sessions) -> None:
+    """Turn on password login; call at import time of the Chainlit app, after
+    ``auth_sessions.start``."""
     from chainlit.server import app
 
     if warning := plain_warning(settings.user_passwords):
         log.warning(warning)
-    # Unset, Chainlit refuses to start right after this import (ensure_jwt_secret).
-    secret = get_jwt_secret() or ""
-    store = open_store(settings.chat_db, settings.auth_db)
-    sessions = Sessions(store, settings.user_passwords, secret)
-    cookies = DeviceCookies(secret)
+    cookies = DeviceCookies(sessions.auth_secret)
     policies = Policies.from_delays(settings.login_delay_base_s, settings.login_delay_max_s,
                                     settings.login_delay_half_life_s)
     app.add_middleware(LoginGuard, cookies=cookies)
-    auth_sessions.install(sessions, settings.session_lifetime_s)
-    cl.password_auth_callback(make_auth(settings, LoginThrottle(store, policies), cookies, sessions))
+    cl.password_auth_callback(make_auth(settings, LoginThrottle(sessions.store, policies), cookies, sessions))

@@ -125,6 +125,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_login": "Log in to the chat first, then reload this page.",
         "live_app_down": "The chat app does not answer.",
         "login_throttled": "Too many failed logins: try again in {seconds} s.",
+        # Sign-in through an OpenID Connect provider, refused (app/oidc.py)
+        "oidc_refused_title": "No access to this chat",
+        "oidc_not_allowed": "You signed in as <b>{name}</b>, but that account may not use this chat "
+                            "(it is outside the allowed e-mail domains or groups). Ask an "
+                            "administrator for access, or sign in with another account.",
+        "oidc_no_name": "The sign-in provider did not say who you are, so this chat cannot let you in. "
+                        "Ask an administrator to check the chat's sign-in settings.",
+        "oidc_try_again": "Sign in again",
+        "oidc_provider_sign_out": "Sign out at the provider (to use another account)",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -213,6 +222,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_login": "请先登录聊天，然后刷新本页。",
         "live_app_down": "聊天应用没有响应。",
         "login_throttled": "登录失败次数过多：请在 {seconds} 秒后重试。",
+        "oidc_refused_title": "无权使用此聊天",
+        "oidc_not_allowed": "您已以 <b>{name}</b> 的身份登录，但该账号无权使用此聊天"
+                            "（不在允许的邮箱域名或用户组内）。请向管理员申请权限，或换一个账号登录。",
+        "oidc_no_name": "登录服务没有提供您的身份，因此无法让您进入此聊天。请管理员检查聊天的登录设置。",
+        "oidc_try_again": "重新登录",
+        "oidc_provider_sign_out": "在登录服务处退出（以便换一个账号）",
     },
 }
 

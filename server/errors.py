@@ -12,6 +12,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ├── SettingsError        server.settings: a bad ERNIE_* value or .env line
     ├── ChatDbError          server.chat_db: the saved-chats database cannot be used
     ├── AuthStoreError       server.auth_store: the login store cannot be used
+    ├── OidcError            server.oidc_discovery: the sign-in provider cannot be used
     ├── ModelConfigNotFound  server.plan.model_config: no config.json for the model
     ├── StepFailed           server.progress: a set-up step (pip, the demo build) failed
     │   └── TorchNotFound    server.stack.provision: no index has the pinned CPU torch

@@ -24,13 +24,14 @@ from server.stack.supervisor import Stack
 # in the full tier only.  `./scripts/test --quick` runs the rest (README, "Tests"); a test that
 # starts a process through a fixture not named here is skipped there by `_quick_tier_guard`.
 ENGINE_FIXTURES = {"engine", "engine_python", "demo_model"}
-NETWORK_FIXTURES = {"pypi", "app_envs"}
+NETWORK_FIXTURES = {"pypi", "app_envs", "oidc_package"}
 PROCESS_FIXTURES = {
     "chat_app", "saved_chats_app", "app_without_engine", "short_app", "showcase_app",
     "short_replies_app", "login_app", "balanced_login_app", "app_on_plain_server", "app_with_login",
     "chat_on_plain_server", "chat_on_transformers", "transformers_server", "plain_server",
     "llamacpp_server", "database", "stack", "browser", "page_factory", "stand_in_index", "fresh_box",
     "scripted", "listening_port", "workers", "changed_app", "balanced_app", "guarded_app",
+    "oidc_app",
 }
 TIER_MARKERS = ("engine", "browser", "stack", "network")
 

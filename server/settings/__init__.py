@@ -9,8 +9,8 @@ names the variable, the value and what is allowed.
 
 Each group (a module of this package) holds its fields, the rules that make them valid
 and the ones that tie them to other groups' fields (``problems``): the model, the engine,
-the KV cache, the processes of each tier, one fast stream, the chat, login, and who
-reaches the stack.  ``text`` holds the words around them (``.env.example``, error reports).
+the KV cache, the processes of each tier, one fast stream, the chat, login, sign-in
+through a provider, and who reaches the stack.  ``text`` holds the words around them (``.env.example``, error reports).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from server.settings.engine import EngineSettings
 from server.settings.kv import KvSettings
 from server.settings.login import LoginSettings
 from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, ModelSettings
+from server.settings.oidc import OidcSettings
 from server.settings.network import NetworkSettings, app_exposed, client_url, engine_exposed, is_loopback
 from server.settings.scale import ScaleSettings
 from server.settings.stream import StreamSettings
@@ -38,7 +39,7 @@ __all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_expo
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,
-          LoginSettings, NetworkSettings)
+          LoginSettings, OidcSettings, NetworkSettings)
 
 
 class SettingsError(ErnieChatError, ValueError):
@@ -71,7 +72,7 @@ class Settings(BaseSettings, *reversed(GROUPS)):
 
 
 # chat_db: a PostgreSQL URL carries a password.
-SECRET_FIELDS = {"api_key", "users", "chat_db"}
+SECRET_FIELDS = {"api_key", "users", "chat_db", "oidc_client_secret"}
 
 
 def auth_headers(api_key: Optional[str]) -> dict:

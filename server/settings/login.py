@@ -50,10 +50,15 @@ class LoginSettings(BaseModel):
         "ended: logout, a new password or removal in ERNIE_USERS, `ernie-chat revoke-sessions NAME`.")
 
     def problems(self) -> list[str]:
-        if self.chat_db is not None and self.users is None:
+        if self.chat_db is not None and not self.login_on:
             return ["ERNIE_CHAT_DB turns on saved chats, which need a login: set "
-                    "ERNIE_USERS=name:password (comma-separated for several)"]
+                    "ERNIE_USERS=name:password (comma-separated for several) or ERNIE_OIDC_ISSUER"]
         return []
+
+    @property
+    def login_on(self) -> bool:
+        """Passwords, a provider, or both."""
+        return self.users is not None or self.oidc_issuer is not None
 
     @property
     def user_passwords(self) -> dict[str, str]:

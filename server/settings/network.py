@@ -61,9 +61,10 @@ class NetworkSettings(BaseModel):
         "the chat with the user's cookies (CORS, its socket). Empty: only the chat's own origin.")
 
     def problems(self) -> list[str]:
-        if app_exposed(self) and self.users is None and not self.open_chat:
+        if app_exposed(self) and not self.login_on and not self.open_chat:
             return [f"ERNIE_APP_HOST={self.app_host} lets other machines reach the chat, which has "
                     "no login: set ERNIE_USERS=name:password (comma-separated for several; "
-                    "`ernie-chat hash-password` makes the hashes), or ERNIE_OPEN_CHAT=true to let "
-                    "anyone who reaches the port chat, or ERNIE_APP_HOST=127.0.0.1"]
+                    "`ernie-chat hash-password` makes the hashes) or ERNIE_OIDC_ISSUER, or "
+                    "ERNIE_OPEN_CHAT=true to let anyone who reaches the port chat, or "
+                    "ERNIE_APP_HOST=127.0.0.1"]
         return []

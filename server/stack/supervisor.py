@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 from pydantic import SecretStr
 
-from server import chat_db
+from server import chat_db, oidc_discovery
 from server.engine_state import write_state
 from server.errors import ErnieChatError
 from server.paths import ROOT
@@ -132,7 +132,7 @@ class Stack:
         return self.topology
 
     def check_before_start(self) -> None:
-        """Ports, the balancer and the saved chats: problems found in milliseconds, not after vLLM."""
+        """Ports, the balancer, the saved chats and the sign-in provider: problems found in milliseconds, not after vLLM."""
         s, topology = self.settings, self.topology or self.plan()
         wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")] if topology.worker_ports else []
         if s.starts_engine and s.node_role == "head":
@@ -143,10 +143,11 @@ class Stack:
                 balancer.haproxy_path()
             except balancer.BalancerMissing as exc:
                 problems.append(str(exc))
-        if s.chat_db is not None:
+        for check, value in ((chat_db.prepare_db, s.chat_db), (oidc_discovery.discover, s.oidc_issuer)):
             try:
-                chat_db.prepare_db(s.chat_db)
-            except chat_db.ChatDbError as exc:
+                if value is not None:
+                    check(value)
+            except (chat_db.ChatDbError, oidc_discovery.OidcError) as exc:
                 problems.append(str(exc))
         if problems:
             raise StartupFailed("\n".join(problems))

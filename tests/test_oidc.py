@@ -1,0 +1,282 @@
+"""Sign-in through an OpenID Connect provider: who gets in and as what (``app/oidc.py``), and the
+whole flow in a real Chromium against a real provider.
+
+The provider is npm's ``oidc-provider`` (a certified OpenID Connect implementation), run by
+``tests/oidc/provider.mjs`` with its development login pages, one client and three users:
+alice (an admin), bob (a user) and carol (outside the allowed group).  The chat runs with
+saved chats on SQLite and passwords on as well, pointed at an engine port where nothing
+listens: signing in, saved chats and roles need no replies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+from fastapi import HTTPException
+
+from app.auth_sessions import Sessions
+from app.oidc import Admitted, OidcProvider, Refused, Rules, decide, refusal_page
+from server.oidc_discovery import OidcError, discover, endpoints_from
+from server.paths import ROOT
+from server.settings import SettingsError, load_settings
+from server.stack.engine_tier import StartupFailed
+from server.stack.processes import free_port
+from server.stack.supervisor import Stack
+from tests.conftest import start_app
+from tests.test_browser import USER, browser, page_factory  # noqa: F401  (the fixtures)
+
+PROVIDER_DIR = ROOT / ".cache" / "oidc-provider"
+CLIENT_ID, CLIENT_SECRET = "ernie-chat", "client-secret-for-tests"
+PROVIDER_USERS = {
+    "alice@example.com": {"name": "Alice", "groups": ["chat", "chat-admins"]},
+    "bob@example.com": {"name": "Bob", "groups": ["/chat"]},  # a Keycloak-style full path
+    "carol@example.com": {"name": "Carol", "groups": ["sales"]},
+}
+
+RULES = Rules(user_claim="email", groups_claim="groups", domains=("example.com",), groups=("chat",),
+              admin_group="chat-admins", password_users=frozenset({"dave"}))
+
+
+# --- who gets in -----------------------------------------------------------------------
+
+def claims(**extra):
+    return {"sub": "1", "email": "alice@example.com", "email_verified": True, "groups": ["chat"], **extra}
+
+
+def test_a_member_of_an_allowed_group_gets_in_and_an_admin_group_makes_an_admin():
+    assert decide(claims(), RULES) == Admitted("alice@example.com", None, admin=False)
+    assert decide(claims(groups=["chat", "chat-admins"], name="Alice"), RULES) == \
+        Admitted("alice@example.com", "Alice", admin=True)
+    assert decide(claims(groups="/chat"), RULES).admin is False, "one string, a full path"
+    assert decide(claims(email=" Alice@Example.COM"), RULES).identifier == "alice@example.com"
+
+
+@pytest.mark.parametrize("changed, reason", [
+    ({"groups": ["sales"]}, "in none of the groups chat"),
+    ({"groups": None}, "in none of the groups chat"),
+    ({"email": "alice@elsewhere.org"}, "e-mail domain not in example.com"),
+    ({"email": "alice@example.com.evil.org"}, "e-mail domain not in example.com"),
+    ({"email_verified": False}, "e-mail not verified by the provider"),
+    ({"email": "dave"}, "the name is a password user's (ERNIE_USERS)"),
+])
+def test_who_is_refused_and_why(changed, reason):
+    verdict = decide(claims(**changed), RULES)
+    assert isinstance(verdict, Refused) and verdict.reason == reason and verdict.key == "oidc_not_allowed"
+
+
+def test_a_provider_that_does_not_name_the_user_is_refused_with_its_own_text():
+    verdict = decide({"sub": "1", "groups": ["chat"]}, RULES)
+    assert verdict == Refused("", "no 'email' claim", "oidc_no_name")
+
+
+def test_the_refusal_page_names_the_user_escaped_in_their_language():
+    page = refusal_page("zh", Refused("<b>x</b>@example.com", "r", "oidc_not_allowed"), None).decode()
+    assert "无权使用此聊天" in page and "&lt;b&gt;x&lt;/b&gt;@example.com" in page
+    assert "<b>x</b>" not in page
+
+
+# --- the provider's discovery document -------------------------------------------------
+
+ISSUER = "https://sso.example.com/realms/staff"
+DOCUMENT = {"issuer": ISSUER, "authorization_endpoint": f"{ISSUER}/auth", "token_endpoint": f"{ISSUER}/token",
+            "userinfo_endpoint": f"{ISSUER}/userinfo"}
+
+
+def test_a_discovery_document_gives_the_endpoints():
+    assert endpoints_from(DOCUMENT, ISSUER).token == f"{ISSUER}/token"
+    # Authentik's issuers end in a slash: ID tokens are checked against it as spelled there.
+    assert endpoints_from({**DOCUMENT, "issuer": ISSUER + "/"}, ISSUER).issuer == ISSUER + "/"
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("changed, says", [
+    ({}, None),
+    ({"aud": "another-client"}, "Audience doesn't match"),
+    ({"iss": "https://evil.example.com"}, "Invalid issuer"),
+    ({"exp": time.time() - 120}, "expired"),
+])
+def test_an_id_token_for_another_client_issuer_or_time_is_refused(changed, says):
+    settings = load_settings(oidc_issuer=ISSUER, oidc_client_id="chat", oidc_client_secret="s",
+                             public_url="https://chat.example.com")
+    provider = OidcProvider(settings, endpoints_from(DOCUMENT, ISSUER))
+    token = jwt.encode({"iss": ISSUER, "aud": "chat", "sub": "1", "exp": time.time() + 60, **changed}, "k" * 32)
+    if says is None:
+        assert provider.id_token_claims(token)["sub"] == "1"
+        return
+    with pytest.raises(HTTPException, match=says):
+        provider.id_token_claims(token)
+
+
+@pytest.mark.parametrize("document, says", [
+    ({**DOCUMENT, "issuer": "https://sso.example.com/realms/other"}, "names the issuer"),
+    ({k: v for k, v in DOCUMENT.items() if k != "userinfo_endpoint"}, "lacks userinfo_endpoint"),
+    (["not", "an", "object"], "not an OpenID Connect discovery document"),
+])
+def test_a_wrong_discovery_document_is_refused_clearly(document, says):
+    with pytest.raises(OidcError, match=says):
+        endpoints_from(document, ISSUER)
+
+
+def test_an_unreachable_issuer_is_a_clear_error():
+    with pytest.raises(OidcError, match="cannot reach the OpenID Connect provider at http://127.0.0.1"):
+        discover(f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_up_stops_before_starting_anything_when_the_issuer_is_unreachable():
+    issuer = f"http://127.0.0.1:{free_port()}"
+    settings = load_settings(oidc_issuer=issuer, oidc_client_id="chat", oidc_client_secret="s",
+                             public_url="https://chat.example.com", engine_url="http://127.0.0.1:1")
+    with pytest.raises(StartupFailed, match=f"cannot reach the OpenID Connect provider at {issuer}"):
+        Stack(settings, root=ROOT).check_before_start()
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_an_issuer_needs_its_client_and_the_public_url():
+    with pytest.raises(SettingsError, match="ERNIE_OIDC_CLIENT_SECRET, ERNIE_PUBLIC_URL"):
+        load_settings(oidc_issuer=ISSUER, oidc_client_id="chat")
+    with pytest.raises(SettingsError, match="ERNIE_OIDC_NAME"):
+        load_settings(oidc_name="a b")
+    settings = load_settings(oidc_issuer=ISSUER + "/", oidc_client_id="chat", oidc_client_secret="s",
+                             public_url="https://chat.example.com", chat_db="chats.db")
+    assert settings.oidc_issuer == ISSUER and settings.login_on, "saved chats need no ERNIE_USERS"
+
+
+def test_a_provider_sign_in_is_due_again_after_the_recheck_time():
+    sessions = Sessions(store=None, users={"dave": "x"}, auth_secret="s", oidc_recheck_s=600)
+    fresh = sessions.oidc_metadata("user")
+    assert sessions._oidc_refusal("bob@example.com", fresh) is None
+    assert "due again" in sessions._oidc_refusal("bob@example.com", {**fresh, "signed_in": time.time() - 601})
+    assert sessions._oidc_refusal("dave", fresh) == "the name is now a password user's"
+    off = Sessions(store=None, users={}, auth_secret="s", oidc_recheck_s=None)
+    assert off._oidc_refusal("bob@example.com", fresh) == "sign-in through the provider is off"
+
+
+# --- the whole flow, in Chromium, against a real provider ------------------------------
+
+@pytest.fixture(scope="session")
+def oidc_package() -> Path:
+    """npm's oidc-provider, installed under .cache/ from tests/oidc/package-lock.json (the whole
+    tree pinned); it needs node 20 or later and npm."""
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout if shutil.which("node") else ""
+    if not re.fullmatch(r"v(2\d|[3-9]\d)\..*\n?", node):
+        pytest.fail(f"oidc-provider 9 needs Node.js 20 or later (found {node.strip() or 'none'}): "
+                    "./scripts/test installs Debian's nodejs when none is there; Debian 12's is 18")
+    PROVIDER_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json", "provider.mjs"):  # node resolves from the script's folder
+        shutil.copy2(ROOT / "tests" / "oidc" / name, PROVIDER_DIR / name)  # keeps the mtime
+    installed = PROVIDER_DIR / "node_modules" / ".package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < (PROVIDER_DIR / "package-lock.json").stat().st_mtime:
+        if shutil.which("npm") is None:
+            pytest.fail("npm is missing: ./scripts/test installs it (apt-get install npm)")
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(PROVIDER_DIR)],
+                       check=True, capture_output=True, timeout=600)
+    return PROVIDER_DIR / "provider.mjs"
+
+
+@pytest.fixture(scope="module")
+def oidc_app(oidc_package, tmp_path_factory):
+    """The provider, and the chat signing in through it: yields the chat's settings."""
+    tmp = tmp_path_factory.mktemp("oidc")
+    app_port, provider_port = free_port(), free_port()
+    public_url = f"http://127.0.0.1:{app_port}"
+    config = tmp / "provider.json"
+    config.write_text(json.dumps({"port": provider_port, "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+                                  "redirect_uri": f"{public_url}/auth/oauth/SSO/callback",
+                                  "users": PROVIDER_USERS}))
+    provider = subprocess.Popen(["node", str(oidc_package), str(config)], stdout=subprocess.PIPE,
+                                stderr=(tmp / "provider.log").open("w"), text=True)
+    try:
+        line = provider.stdout.readline()
+        assert line.startswith("listening "), f"the provider did not start: {(tmp / 'provider.log').read_text()}"
+        yield from start_app(tmp, app_port=app_port, engine_url=f"http://127.0.0.1:{free_port()}",
+                             chat_db=tmp / "chats.db", users="dave:gilmour",
+                             oidc_issuer=line.split()[1], oidc_client_id=CLIENT_ID,
+                             oidc_client_secret=CLIENT_SECRET, public_url=public_url,
+                             oidc_scopes="openid email profile groups", oidc_allowed_groups="chat",
+                             oidc_allowed_domains="example.com", oidc_admin_group="chat-admins")
+    finally:
+        provider.terminate()
+        provider.wait(10)
+
+
+def sign_in(page_factory, settings, email, locale="en-US"):
+    """A new browser signs in through the provider's pages as ``email``; returns its page."""
+    page = page_factory(f"{settings.app_url}/login", locale)
+    page.get_by_role("button", name=re.compile("SSO")).click()
+    page.locator('input[name="login"]').fill(email)
+    page.locator('input[name="password"]').fill("any password: the development pages take any")
+    page.locator('button[type="submit"]').click()
+    page.get_by_role("button", name="Continue").click()  # the provider's consent page
+    return page
+
+
+def current_user(page) -> dict:
+    return page.evaluate("async () => (await fetch('/user')).json()")
+
+
+@pytest.mark.browser
+def test_sign_in_saved_chats_roles_and_sign_out(oidc_app, page_factory):
+    page = sign_in(page_factory, oidc_app, "alice@example.com")
+    page.locator("#chat-input").wait_for(timeout=30_000)
+    alice = current_user(page)
+    assert alice["identifier"] == "alice@example.com" and alice["metadata"]["role"] == "admin", alice
+    assert "groups" not in json.dumps(alice["metadata"]), "the token carries the role, not the groups"
+    page.locator("#chat-input").fill("Alice's question about apricots")
+    page.keyboard.press("Enter")
+    page.locator(USER).get_by_text("apricots").wait_for(timeout=30_000)
+
+    other = sign_in(page_factory, oidc_app, "bob@example.com")
+    other.locator("#chat-input").wait_for(timeout=30_000)
+    assert current_user(other)["metadata"]["role"] == "user"
+    other.locator("#chat-input").fill("Bob's question about bananas")
+    other.keyboard.press("Enter")
+    other.locator(USER).get_by_text("bananas").wait_for(timeout=30_000)
+
+    # Each sees their own chat in the history, never the other's.
+    for mine, theirs, where in (("apricots", "bananas", page), ("bananas", "apricots", other)):
+        where.reload()
+        where.locator("#thread-history").get_by_text(mine).first.wait_for(timeout=30_000)
+        assert where.locator("#thread-history").get_by_text(theirs).count() == 0
+    with sqlite3.connect(oidc_app.chat_db) as db:
+        owners = dict(db.execute('SELECT name, "userIdentifier" FROM threads').fetchall())
+    assert sorted(owners.values()) == ["alice@example.com", "bob@example.com"], owners
+
+    # Sign out: back on the login page, and the old token no longer works.
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "access_token")
+    page.locator("#user-nav-button").click()
+    page.get_by_role("menuitem", name=re.compile("Logout")).click()
+    page.get_by_role("button", name=re.compile("SSO")).wait_for(timeout=30_000)
+    assert httpx.get(f"{oidc_app.app_url}/user", cookies={"access_token": token}).status_code == 401
+
+
+@pytest.mark.browser
+def test_a_user_outside_the_allowed_group_gets_a_page_that_says_so(oidc_app, page_factory):
+    page = sign_in(page_factory, oidc_app, "carol@example.com")
+    page.locator("#oidc-refused").wait_for(timeout=30_000)
+    body = page.locator("body").inner_text()
+    assert "carol@example.com" in body and "may not use this chat" in body, body
+    assert current_user(page).get("identifier") is None, "no session was made"
+    page.get_by_role("link", name="Sign in again").click()
+    page.get_by_role("button", name=re.compile("SSO")).wait_for(timeout=30_000)
+
+    chinese = sign_in(page_factory, oidc_app, "carol@example.com", locale="zh-CN")
+    chinese.locator("#oidc-refused").wait_for(timeout=30_000)
+    assert "无权使用此聊天" in chinese.locator("body").inner_text()
+
+
+@pytest.mark.browser
+def test_the_sign_in_page_offers_the_provider_and_passwords(oidc_app, page_factory):
+    page = page_factory(f"{oidc_app.app_url}/login")
+    page.get_by_role("button", name="Continue with SSO").wait_for(timeout=30_000)
+    page.locator("#password").wait_for()
+    page.screenshot(path="/tmp/oidc-signin.png")
