@@ -212,12 +212,16 @@ def oidc_app(oidc_package, tmp_path_factory):
 def sign_in(page_factory, settings, email, locale="en-US"):
     """A new browser signs in through the provider's pages as ``email``; returns its page."""
     page = page_factory(f"{settings.app_url}/login", locale)
+    log_in_at_provider(page, email)
+    return page
+
+
+def log_in_at_provider(page, email):
     page.get_by_role("button", name=re.compile("SSO")).click()
     page.locator('input[name="login"]').fill(email)
     page.locator('input[name="password"]').fill("any password: the development pages take any")
     page.locator('button[type="submit"]').click()
     page.get_by_role("button", name="Continue").click()  # the provider's consent page
-    return page
 
 
 def current_user(page) -> dict:
@@ -266,8 +270,14 @@ def test_a_user_outside_the_allowed_group_gets_a_page_that_says_so(oidc_app, pag
     body = page.locator("body").inner_text()
     assert "carol@example.com" in body and "may not use this chat" in body, body
     assert current_user(page).get("identifier") is None, "no session was made"
-    page.get_by_role("link", name="Sign in again").click()
-    page.get_by_role("button", name=re.compile("SSO")).wait_for(timeout=30_000)
+    # Another account in the same browser: out of the provider's session first, as the page offers.
+    page.get_by_role("link", name=re.compile("Sign out at the provider")).click()
+    page.get_by_role("button", name="Yes, sign me out").click()
+    page.get_by_text("Sign-out Success").wait_for(timeout=30_000)
+    page.goto(f"{oidc_app.app_url}/login")
+    log_in_at_provider(page, "bob@example.com")
+    page.locator("#chat-input").wait_for(timeout=30_000)
+    assert current_user(page)["identifier"] == "bob@example.com"
 
     chinese = sign_in(page_factory, oidc_app, "carol@example.com", locale="zh-CN")
     chinese.locator("#oidc-refused").wait_for(timeout=30_000)
