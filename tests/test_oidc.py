@@ -25,6 +25,7 @@ from fastapi import HTTPException
 
 from app.auth_sessions import Sessions
 from app.oidc import Admitted, OidcProvider, Refused, Rules, decide, refusal_page
+from server.auth_store import open_store
 from server.oidc_discovery import OidcError, discover, endpoints_from
 from server.paths import ROOT
 from server.settings import SettingsError, load_settings
@@ -151,14 +152,15 @@ def test_an_issuer_needs_its_client_and_the_public_url():
     assert settings.oidc_issuer == ISSUER and settings.login_on, "saved chats need no ERNIE_USERS"
 
 
-def test_a_provider_sign_in_is_due_again_after_the_recheck_time():
-    sessions = Sessions(store=None, users={"dave": "x"}, auth_secret="s", oidc_recheck_s=600)
-    fresh = sessions.oidc_metadata("user")
-    assert sessions._oidc_refusal("bob@example.com", fresh) is None
-    assert "due again" in sessions._oidc_refusal("bob@example.com", {**fresh, "signed_in": time.time() - 601})
-    assert sessions._oidc_refusal("dave", fresh) == "the name is now a password user's"
-    off = Sessions(store=None, users={}, auth_secret="s", oidc_recheck_s=None)
-    assert off._oidc_refusal("bob@example.com", fresh) == "sign-in through the provider is off"
+async def test_a_provider_sign_in_is_due_again_after_the_recheck_time(tmp_path):
+    sessions = Sessions(open_store(None, tmp_path / "auth.db"), {"dave": "x"}, "s" * 32, oidc_recheck_s=600)
+    fresh = {"identifier": "bob@example.com", "iat": int(time.time()), "metadata": sessions.oidc_metadata("user")}
+    stale = {**fresh, "metadata": {**fresh["metadata"], "signed_in": time.time() - 601}}
+    assert await sessions.refusal("token", fresh) is None
+    assert "due again" in await sessions.refusal("token", stale)
+    assert await sessions.refusal("token", {**fresh, "identifier": "dave"}) == "the name is now a password user's"
+    sessions.oidc_recheck_s = None  # ERNIE_OIDC_ISSUER unset since
+    assert await sessions.refusal("token", fresh) == "sign-in through the provider is off"
 
 
 # --- the whole flow, in Chromium, against a real provider ------------------------------
