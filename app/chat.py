@@ -26,8 +26,8 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight, live_view,
-                 login, oidc, origins, page_policy, regenerate, saved_chats, served_files,
+from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight, live_chats,
+                 live_view, login, oidc, origins, page_policy, regenerate, saved_chats, served_files,
                  server_info, session_guard, session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
@@ -84,14 +84,21 @@ page_policy.install()
 origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
 in_flight.install()
+# Where a reply in flight is kept for another worker to carry on (app/in_flight.py): the saved
+# chat's steps, or without them each live chat's files, which every worker of the box sees.
+SAVED_STEPS = saved_chats.SavedSteps()
+LIVE_CHATS = None if SETTINGS.chat_db else live_chats.LiveChats(SETTINGS.live_chats_dir).open()
+if LIVE_CHATS is not None:
+    LIVE_CHATS.sweep(chainlit_config.project.session_timeout)  # chats of dead workers that never came back
+    live_chats.install(LIVE_CHATS)
 
 
 def lang() -> str:
     return lang_of(cl.context.session.language)
 
 
-async def notice(content: str, kind: str = "notice") -> None:
-    await cl.Message(content=content, metadata={"kind": kind}).send()
+async def notice(content: str, kind: str = "notice", **metadata) -> None:
+    await cl.Message(content=content, metadata={"kind": kind, **metadata}).send()
 
 
 async def notice_after(delay_s: float, content: str, kind: str) -> None:
@@ -173,12 +180,62 @@ def moved_here() -> bool:
     return boot_cookie.lost_its_process(environ.get("HTTP_COOKIE"))
 
 
+def live_chat() -> live_chats.LiveChat:
+    """This chat's files (without saved chats): by its session id, for its user."""
+    user = cl.context.session.user
+    return LIVE_CHATS.chat(cl.context.session.id, user.identifier if user else None)
+
+
+def reply_store() -> in_flight.ReplyStore:
+    return SAVED_STEPS if LIVE_CHATS is None else live_chat()
+
+
+def remember() -> None:
+    """Keep the chat's history where another worker of the box finds it if this one dies;
+    saved chats keep it in their database."""
+    if LIVE_CHATS is not None:
+        live_chat().keep(cl.user_session.get("conversation"), cl.user_session.get("params"))
+
+
+def carry_over() -> bool:
+    """A chat whose worker died, as its files hold it: its history and settings in this
+    session, its reply in flight carried on here.  False if they hold nothing of it."""
+    chat = live_chat()
+    kept = chat.restore()
+    if kept is not None:
+        cl.user_session.set("conversation", kept.conversation)
+        cl.user_session.set("params", kept.params)
+        remember()  # this worker writes it from now on
+    partial = chat.orphan()
+    if partial is not None:
+        session_tasks.after_start(take_over(partial, chat))
+    return kept is not None or partial is not None
+
+
+async def take_over(partial: in_flight.Partial, store: in_flight.ReplyStore) -> None:
+    """Carry on here a reply another process left, once its writer is quiet; the chat shows
+    a reply coming (Stop) meanwhile."""
+    async def carry() -> None:
+        resumed = await in_flight.wait_for_quiet(partial, store)
+        if resumed is None:
+            return
+        params: ChatParams = cl.user_session.get("params")
+        cl.user_session.set("params", replace(params, temperature=resumed.marker.temperature,
+                                              top_p=resumed.marker.top_p,
+                                              max_tokens=resumed.marker.max_tokens))
+        cl.user_session.set("asked_at", time.perf_counter())
+        await answer(resumed.asked_id, resumed.asked, resumed=resumed)
+    session_tasks.start_stoppable(carry)
+
+
 @cl.on_chat_start
 async def on_chat_start() -> None:
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
     if moved_here():
-        await notice(text(lang(), "moved"), "moved")
+        kept = LIVE_CHATS is not None and carry_over()
+        # "kept": the chat goes on with its history and reply (qa-load waits for the reply).
+        await notice(text(lang(), "moved_kept" if kept else "moved"), "moved", kept=kept)
     try:
         await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
@@ -202,6 +259,7 @@ async def on_settings_update(values: dict) -> None:
         return
     cl.user_session.set("params", params)
     cl.user_session.get("conversation").system_prompt = params.system_prompt
+    remember()
 
 
 # --- one message -----------------------------------------------------------------
@@ -252,7 +310,15 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
 async def answer(message_id: str, user_text: str, too_long: str = "too_long",
                  resumed: Optional[in_flight.Partial] = None) -> None:
     """Answer a new, edited or regenerated message, or carry on a reply another process left
-    (``resumed``), then offer Regenerate under the outcome."""
+    (``resumed``), then offer Regenerate under the outcome; the history is kept after it."""
+    try:
+        await _answer(message_id, user_text, too_long, resumed)
+    finally:
+        remember()
+
+
+async def _answer(message_id: str, user_text: str, too_long: str,
+                  resumed: Optional[in_flight.Partial]) -> None:
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
     conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
@@ -278,8 +344,8 @@ async def answer(message_id: str, user_text: str, too_long: str = "too_long",
     if fitted.dropped_turns:
         await notice(text(lang(), "dropped", limit=max_len, n=fitted.dropped_turns))
     try:
-        await stream_answer(conversation, user_text, model, fitted.messages, fitted.max_tokens, params,
-                            resumed)
+        await stream_answer(conversation, message_id, user_text, model, fitted.messages,
+                            fitted.max_tokens, params, resumed)
     finally:
         await regenerate.offer(lang())
 
@@ -295,14 +361,15 @@ async def on_regenerate(action: cl.Action) -> None:
     session_tasks.start_stoppable(lambda: answer(*asked))
 
 
-async def stream_answer(conversation: Conversation, user_text: str, model: str,
+async def stream_answer(conversation: Conversation, message_id: str, user_text: str, model: str,
                         messages: list[dict], max_tokens: int, params: ChatParams,
                         resumed: Optional[in_flight.Partial] = None) -> None:
     so_far = resumed.text if resumed else ""
     reply = cl.Message(content=so_far, metadata={"kind": "reply"}, id=resumed.step_id if resumed else None)
     # Saved as it streams, so another process can finish it (app/in_flight.py).
     keeper = in_flight.Keeper(reply, in_flight.marker_now(
-        params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens))
+        params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens),
+        reply_store(), (message_id, user_text))
     batcher = TokenBatcher(keeper.send, text=so_far)
     stats = ec.ReplyStats(asked_at=cl.user_session.get("asked_at"))
     # vLLM's own fields go to vLLM only: another server may refuse a field it does not
@@ -338,7 +405,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
         return
-    line = figures_line(lang(), stats, params.seed)
+    line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     cl.user_session.get("budget").sent(stats.prompt_tokens)
     STREAMING.finished(stats.tokens_per_s)
@@ -429,11 +496,4 @@ if SETTINGS.chat_db is not None:
             return
         partial = in_flight.orphan_of(thread)
         if partial is not None:
-            partial = await in_flight.wait_for_quiet(partial)
-        if partial is not None:
-            params: ChatParams = cl.user_session.get("params")
-            cl.user_session.set("params", replace(params, temperature=partial.marker.temperature,
-                                                  top_p=partial.marker.top_p,
-                                                  max_tokens=partial.marker.max_tokens))
-            cl.user_session.set("asked_at", time.perf_counter())
-            session_tasks.start_stoppable(lambda: answer(partial.asked_id, partial.asked, resumed=partial))
+            await take_over(partial, SAVED_STEPS)

@@ -5,8 +5,8 @@ The supervisor first takes the worker out of HAProxy's rotation (state maint: ne
 connections, pinned browsers too, go to the other workers), then POSTs ``PATH``.
 From then on every chat's socket that is not answering a message is closed, each
 as soon as its reply ends: its browser reconnects as after a lost worker, lands
-on another one, and the chat carries on there with its saved history
-(``app/boot_cookie.py``).  ``GET PATH`` says how many replies still stream and how
+on another one, and the chat carries on there with its history, from the saved
+chat or the chat's files on the machine (``app/boot_cookie.py``, ``app/live_chats.py``).  ``GET PATH`` says how many replies still stream and how
 many sockets are still open; the supervisor stops the worker when both are 0.
 
 Only the supervisor may ask: it hands each worker a token of its own start

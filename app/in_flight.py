@@ -1,4 +1,4 @@
-"""A reply in flight outlives its connection, and with saved chats its process.
+"""A reply in flight outlives its connection, and its process.
 
 How a chat can lose the connection its reply streams to, and what keeps the reply:
 
@@ -14,20 +14,26 @@ How a chat can lose the connection its reply streams to, and what keeps the repl
   in :data:`REPLIES` by thread id: :func:`attach` points the old session's emitter at the
   new page, which is then sent the text so far, every next frame and the end, and takes
   over the old session's conversation (so the finished turn is in its history) and its
-  task (so Stop reaches the reply).
+  task (so Stop reaches the reply).  Without saved chats a reload opens a new chat.
 - **The worker dies**: the browser's socket comes back to another worker, which has none
-  of the chat in memory.  While a reply streams, its text so far is written to the saved
-  chat every :data:`SAVE_EVERY_S` (less often in a crowd): the reply's own step, with a marker in its metadata
+  of the chat in memory.  While a reply streams, its text so far is written to a
+  :class:`ReplyStore` every :data:`SAVE_EVERY_S` (less often in a crowd), with a marker
   (:class:`Marker`: which process writes it, when it last did, the sampling asked).  A
-  worker that resumes the chat and finds a marked reply whose writer has been quiet for
-  :data:`QUIET_SAVES` of its intervals takes it over (:func:`orphan_of`, :func:`wait_for_quiet`): it continues
-  the text with vLLM's ``continue_final_message`` (app/failover.py), and the saved
-  step ends up holding the whole reply.
+  worker that finds a marked reply whose writer has been quiet for :data:`QUIET_SAVES` of
+  its intervals takes it over (:func:`wait_for_quiet`): it continues the text with vLLM's
+  ``continue_final_message`` (app/failover.py) into the same message, and the store ends
+  up holding the whole reply.  Two stores, one takeover:
 
-Without saved chats there is no store that all workers see: a blip and a reload on the
-same worker keep the reply as above only while the page keeps its session (a blip; a
-reload opens a new chat, since there is no thread to resume), and a dead worker's reply
-is lost: the browser keeps the text it was shown, and the new worker says the chat moved.
+  - saved chats (app/saved_chats.py, :class:`~app.saved_chats.SavedSteps`): the reply's
+    own step, the marker in its metadata; the worker that resumes the thread
+    (``on_chat_resume``) finds it with :func:`orphan_of`;
+  - chats without a database (app/live_chats.py): a small private file per chat, keyed by
+    a hash of the browser's session id, beside the chat's history; the browser's socket
+    reconnects with the same session id, and the worker it reaches (``on_chat_start``,
+    which sees that the page came from another process) finds the file by that id.
+
+  What was shown after the last save (up to an interval's text) is written again by the
+  continuation, so the browser's message may step back that far before it goes on.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ import json
 import logging
 import time
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional, Protocol
 
 import chainlit as cl
 from chainlit.emitter import ChainlitEmitter
@@ -60,7 +66,6 @@ SAVES_PER_S = 50.0
 # A writer quiet for this many of its own intervals is gone: a few missed saves.
 QUIET_SAVES = 5.0
 MARK = "in_flight"  # the metadata key of a reply still being written
-UPDATE = 'UPDATE steps SET "output" = :output, "metadata" = :metadata WHERE "id" = :id'
 # What a resumed page takes over from the session that streams its reply (app/chat.py).
 SESSION_KEYS = ("conversation", "budget", "params", "server", "engine_model", "is_demo", "task",
                 "asked_at")
@@ -132,21 +137,35 @@ def quiet_for(marker: Marker, now: float) -> float:
 
 # --- this process's replies ---------------------------------------------------------------
 
+class ReplyStore(Protocol):
+    """Where a reply in flight is kept while it streams, for another process to find."""
+
+    async def save(self, keeper: "Keeper", marker: Marker) -> None:
+        """Write the reply's text so far with ``marker``."""
+
+    async def ended(self, keeper: "Keeper") -> None:
+        """The reply's stream ended (finished, stopped or failed): it is in flight no more."""
+
+    async def current(self, partial: Partial) -> Optional[Partial]:
+        """``partial`` as stored now; None once it is no longer in flight (a store that can
+        show the page the finished reply does so)."""
+
+
 @dataclass
 class Keeper:
-    """One reply streaming in this process: its registry entry and its saved text.
+    """One reply streaming in this process: its registry entry and its stored text.
 
-    ``send`` is the token batcher's output; use ``async with`` around the stream.  On the
-    way out the last write is awaited and one more, without the marker, follows (or the
-    step goes, if it never got text), so Chainlit's own save of the finished message is
-    the last word and no marker outlives its stream.
+    ``send`` is the token batcher's output; use ``async with`` around the stream.  While it
+    streams, the reply is saved to ``store`` every interval; on the way out the last save is
+    awaited and the store is told the reply ended, so no marker outlives its stream.
     """
 
     reply: cl.Message
     marker: Callable[[float], Marker]  # for the interval the reply is saved at
+    store: Optional[ReplyStore] = None
+    asked: tuple[str, str] = ("", "")  # the user message it answers: id, text as the model got it
     session: WebsocketSession = field(default_factory=lambda: cl.context.session)
     _saver: Optional[asyncio.Task] = None
-    _saved: bool = False
     writes: int = 0
     write_s: float = 0.0  # what the writes cost, for the log line at the end
 
@@ -162,7 +181,7 @@ class Keeper:
         if not self.reply.created_at:  # a reply saved while it streams sorts after its question
             from chainlit.utils import utc_now
             self.reply.created_at = utc_now()
-        if _layer() is not None:
+        if self.store is not None:
             self._saver = asyncio.create_task(self._save_while_streaming())
         return self
 
@@ -174,10 +193,7 @@ class Keeper:
         self._saver.cancel()
         with suppress(asyncio.CancelledError):
             await self._saver
-        if self.reply.content:
-            await self._write()
-        elif self._saved:
-            await _layer().delete_step(self.reply.id)
+        await self.store.ended(self)
         if self.writes:
             LOG.debug("reply %s: %d saves, %.1f ms each", self.reply.id, self.writes,
                       1000 * self.write_s / self.writes)
@@ -185,35 +201,17 @@ class Keeper:
     async def _save_while_streaming(self) -> None:
         while True:
             every_s = save_interval(STREAMING.count)
+            started = time.perf_counter()
             try:
-                await self._write(every_s)
+                await self.store.save(self, self.marker(every_s))
             except Exception as exc:  # the reply goes on; only its takeover is at risk
                 LOG.warning("saving the reply in flight failed: %s", exc)
+            self.write_s += time.perf_counter() - started
+            self.writes += 1
             await asyncio.sleep(every_s)
-
-    async def _write(self, every_s: Optional[float] = None) -> None:
-        """Save the text so far, marked as in flight unless ``every_s`` is None (it ended)."""
-        metadata = dict(self.reply.metadata or {})
-        if every_s is not None:
-            metadata[MARK] = asdict(self.marker(every_s))
-        started = time.perf_counter()
-        if self._saved:  # the row exists: only its text and marker change
-            await _layer().execute_sql(UPDATE, {"id": self.reply.id, "output": self.reply.content,
-                                                "metadata": json.dumps(metadata)})
-        else:
-            await _layer().create_step({**self.reply.to_dict(), "output": self.reply.content,
-                                        "metadata": metadata})
-        self.write_s += time.perf_counter() - started
-        self.writes += 1
-        self._saved = True
 
 
 REPLIES: dict[str, Keeper] = {}  # by thread id
-
-
-def _layer():
-    from chainlit.data import get_data_layer
-    return get_data_layer()
 
 
 def marker_now(temperature: float, top_p: float, max_tokens: int) -> Callable[[float], Marker]:
@@ -266,21 +264,13 @@ async def with_tokens(partial: Partial, count: Callable, messages: list[dict],
     return replace(partial, tokens=max(0, await count(ends_with_it) - prompt_tokens))
 
 
-async def wait_for_quiet(partial: Partial, sleep=asyncio.sleep,
+async def wait_for_quiet(partial: Partial, store: ReplyStore, sleep=asyncio.sleep,
                          clock: Callable[[], float] = time.time) -> Optional[Partial]:
-    """The reply as saved once its writer has been quiet long enough, to be continued;
+    """The reply as stored once its writer has been quiet long enough, to be continued;
     None if it wrote again meanwhile (it lives: only one process continues a reply) or
-    finished, in which case the page is sent the finished reply instead of its start."""
+    the reply is no longer in flight (it finished, or it went)."""
     await sleep(quiet_for(partial.marker, clock()))
-    step = await _layer().get_step(partial.step_id)
-    if not step:
+    now = await store.current(partial)
+    if now is None or now.marker.at != partial.marker.at:
         return None
-    marker = marker_of(step.get("metadata"))
-    if marker is None:
-        if isinstance(step.get("metadata"), str):
-            step["metadata"] = json.loads(step["metadata"] or "{}")
-        await cl.context.emitter.update_step(step)
-        return None
-    if marker.at != partial.marker.at:
-        return None
-    return Partial(partial.step_id, step.get("output") or "", partial.asked_id, partial.asked, marker)
+    return now

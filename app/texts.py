@@ -50,6 +50,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "engine_waiting": "⏳ The engine stopped answering during this reply; the reply goes on "
                           "here if it is back within {wait:.0f} s.",
         "continued": "↻ continued after its engine stopped",
+        "taken_over": "↻ continued after its chat server stopped",
         "timeout": "No reply from the engine for {seconds:.0f} s: it is overloaded or hung. "
                    "Try again; if it persists, check `llm.log` or run `./scripts/ernie-chat doctor`.",
         "auth": "The engine refused the API key. Set the same `ERNIE_API_KEY` for the engine and "
@@ -66,6 +67,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "moved_saved": "↪ The chat server this chat was on stopped, so it continues on another "
                        "one with its saved history. A reply that was streaming carries on from its "
                        "saved text.",
+        "moved_kept": "↪ The chat server this chat was on stopped, so it continues on another one, "
+                      "which kept its history. A reply that was streaming carries on from where it "
+                      "was last kept.",
         "regenerate": "Regenerate",
         "regenerate_tip": "A new reply to the same message; the model's history keeps the new one.",
         "regenerated": "↻ A new reply to the same message follows; the model's history keeps it "
@@ -167,6 +171,7 @@ TEXTS: dict[str, dict[str, str]] = {
                              "（最多等待 {wait:.0f} 秒）。",
         "engine_waiting": "⏳ 推理引擎在回复过程中停止响应；如果它在 {wait:.0f} 秒内恢复，回复会在这里继续。",
         "continued": "↻ 原引擎中断后已接着生成",
+        "taken_over": "↻ 原聊天服务器停止后已接着生成",
         "timeout": "推理引擎 {seconds:.0f} 秒没有响应：可能过载或卡住。请重试；如果持续出现，请查看 `llm.log` "
                    "或运行 `./scripts/ernie-chat doctor`。",
         "auth": "推理引擎拒绝了 API 密钥。请为引擎和应用设置相同的 `ERNIE_API_KEY`。",
@@ -179,6 +184,8 @@ TEXTS: dict[str, dict[str, str]] = {
                  "之前的消息也不再在模型的记忆中：请重复重要的内容。",
         "moved_saved": "↪ 此对话所在的聊天服务器已停止，对话带着已保存的历史转到另一台服务器继续。"
                        "正在生成的回复从已保存的文字处继续。",
+        "moved_kept": "↪ 此对话所在的聊天服务器已停止，对话带着历史转到另一台服务器继续。"
+                      "正在生成的回复从最后保存的文字处继续。",
         "regenerate": "重新生成",
         "regenerate_tip": "对同一条消息生成新的回复；模型的对话历史保留新的回复。",
         "regenerated": "↻ 下面是对同一条消息的新回复；模型的对话历史保留它，而不是上面的回复。",
@@ -240,7 +247,9 @@ def text(lang: str, key: str, **values) -> str:
     return TEXTS[lang][key].format(**values)
 
 
-def figures_line(lang: str, stats, seed: int | None = None) -> str:
+def figures_line(lang: str, stats, seed: int | None = None, taken_over: bool = False) -> str:
+    """The reply's figures; its marks say when it went on after its engine (``stats.continued``)
+    or its chat server (``taken_over``: app/in_flight.py) stopped."""
     ttft = f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else "–"
     tps = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s else "– tok/s"
     line = text(lang, "figures", ttft=ttft, tps=tps,
@@ -248,7 +257,9 @@ def figures_line(lang: str, stats, seed: int | None = None) -> str:
                 completion=stats.completion_tokens if stats.completion_tokens is not None else "–")
     if seed is not None:
         line += f" · {text(lang, 'seed_figure', seed=seed)}"
-    return f"{line} · {text(lang, 'continued')}" if stats.continued else line
+    if stats.continued:
+        line += f" · {text(lang, 'continued')}"
+    return f"{line} · {text(lang, 'taken_over')}" if taken_over else line
 
 
 def refusal(lang: str, refused) -> str:

@@ -87,6 +87,7 @@ def engine_settings(tmp: Path, **overrides):
         app_port=free_port(),
         log_file=tmp / "llm.log",
         auth_db=tmp / "auth.db",  # each app its own login counts, not the checkout's data/
+        live_chats_dir=tmp / "live-chats",
         max_model_len=TEST_MAX_MODEL_LEN,
         kv_cache_gib=1,
         max_tokens=64,

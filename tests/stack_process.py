@@ -45,6 +45,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def serving(up: "Up", timeout_s: float = 1200):
+    """``up`` once its chat answers, stopped after: the body of a module's stack fixture."""
+    try:
+        up.wait_for(r"^Chat: ", timeout_s=timeout_s)
+        yield up
+    finally:
+        up.stop()
+
+
 class Up:
     """`ernie-chat up` in a subprocess, its output collected by a reader thread."""
 
@@ -53,7 +62,8 @@ class Up:
         self.settings = Settings(_env_file=None, log_file=tmp / "llm.log")  # where its state file is
         self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
                     "ERNIE_APP_PORT": str(self.app_port), "ERNIE_LOG_FILE": str(tmp / "llm.log"),
-                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1", **env}
+                    "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1",
+                    "ERNIE_LIVE_CHATS_DIR": str(tmp / "live-chats"), **env}
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []

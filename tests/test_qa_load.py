@@ -369,3 +369,25 @@ def test_a_chat_moved_without_saved_chats_fails_its_reply_with_the_apps_word():
                    ("new_message", {"id": "m", "metadata": {"kind": "moved"}, "output": "moved"})])
     assert session.turn_done.is_set() and session.record.outcome == "failed"
     assert "lost the reply" in session.record.error
+
+
+def test_a_chat_moved_without_saved_chats_but_kept_follows_its_reply_to_the_end():
+    """Back on another worker that found the chat's files (app/live_chats.py): the app says the
+    chat moved with its history kept, and carries the reply on in the same message: continued."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
+    session.opened.set()
+    session.sent_at = time.perf_counter()
+    events = reply_events("r", "Hello there, my friend" + FIGURES)
+    feed(session, events[:5])
+    session._on_disconnect("transport close")
+    session.dropped.clear()
+    session._rejoining, session.record.resumed, session.record.reconnects = True, False, 1
+    moved = {"id": "m", "metadata": {"kind": "moved", "kept": True}, "output": "moved, kept"}
+    feed(session, [("task_end", {}), ("task_start", {}), ("new_message", moved), ("task_end", {}),
+                   ("task_start", {})])
+    assert not session.turn_done.is_set() and not session.record.error and session.record.moved
+    feed(session, [("stream_start", {"id": "r", "type": "assistant_message", "metadata": {"kind": "reply"},
+                                     "output": "Hello there,"})])
+    assert session._rejoined.is_set()
+    feed(session, events[5:])
+    assert session.turn_done.is_set() and session.record.outcome == "continued"

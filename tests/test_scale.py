@@ -38,7 +38,7 @@ from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from tests import postgres
 from tests.conftest import metric_async
-from tests.stack_process import Up, descendants
+from tests.stack_process import Up, descendants, serving
 
 pytestmark = pytest.mark.engine
 
@@ -53,18 +53,14 @@ def database():
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, database):
-    up = Up(tmp_path_factory.mktemp("scale"), ERNIE_ENGINE_COPIES="2", ERNIE_API_SERVERS="2",
-            ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="4096",
-            ERNIE_CHAT_DB=database, ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_IGNORE_EOS="true",
-            ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20",
-            # The GPU's default: API servers forked (server/stack/vllm_serve.py); the metrics
-            # these tests read must still add up over them.
-            ERNIE_ENGINE_PROCESS_START="fork")
-    try:
-        up.wait_for(r"^Chat: ", timeout_s=1200)
-        yield up
-    finally:
-        up.stop()
+    yield from serving(Up(
+        tmp_path_factory.mktemp("scale"), ERNIE_ENGINE_COPIES="2", ERNIE_API_SERVERS="2",
+        ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="4096",
+        ERNIE_CHAT_DB=database, ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_IGNORE_EOS="true",
+        ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20",
+        # The GPU's default: API servers forked (server/stack/vllm_serve.py); the metrics
+        # these tests read must still add up over them.
+        ERNIE_ENGINE_PROCESS_START="fork"))
 
 
 def titles(pids) -> list[str]:
@@ -233,13 +229,14 @@ def test_a_dead_engine_copy_costs_no_chat_its_replies_go_on_on_the_other(stack):
     stack.wait_for(rf"\[engine {victim}\] vLLM ready", after=mark, timeout_s=900)
 
 
-def page_of_worker(url: str, worker: int, cookie: str) -> str:
+def page_of_worker(url: str, worker: int, cookie: str = "") -> str:
     """The cookies a browser pinned to ``worker`` holds after loading the chat page there:
-    the login, the pin, and the page's boot id (app/boot_cookie.py)."""
+    the login (if any), the pin, and the page's boot id (app/boot_cookie.py)."""
+    pinned = "; ".join(c for c in (cookie, f"{STICKY_COOKIE}=w{worker}") if c)
     with httpx.Client(base_url=url, timeout=30) as http:
-        page = http.get("/", headers={"Cookie": f"{cookie}; {STICKY_COOKIE}=w{worker}"})
+        page = http.get("/", headers={"Cookie": pinned})
         assert page.status_code == 200 and boot_cookie.COOKIE in page.cookies
-        return f"{cookie}; {STICKY_COOKIE}=w{worker}; {boot_cookie.COOKIE}={page.cookies[boot_cookie.COOKIE]}"
+        return f"{pinned}; {boot_cookie.COOKIE}={page.cookies[boot_cookie.COOKIE]}"
 
 
 def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack, database):

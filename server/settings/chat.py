@@ -53,6 +53,12 @@ class ChatSettings(BaseModel):
         Path("data/usage.jsonl"),
         description="Token counts of each chat request (no text), for `ernie-chat plan --from-usage`.",
     )
+    live_chats_dir: Path = Field(
+        Path("data/live-chats"),
+        description="Without saved chats: a private folder where each chat's history and reply in "
+        "flight are kept while it lives, so that another app worker of this machine carries the "
+        "chat on if its own dies.",
+    )
     ignore_eos: bool = Field(
         False, description="QA and demos: replies always run to the max tokens (vLLM's ignore_eos)."
     )

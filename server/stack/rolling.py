@@ -50,7 +50,7 @@ FIXED: dict[str, str] = {
                     "the engine's environment is set up at start"),
     **dict.fromkeys(("gpu_memory_utilization", "kv_cache_gib"),
                     "the copies share the device's memory by a plan made at start"),
-    **dict.fromkeys(("chat_db", "auth_db"),
+    **dict.fromkeys(("chat_db", "auth_db", "live_chats_dir"),
                     "the workers would save to two places meanwhile"),
     **dict.fromkeys(("engine_url", "api_key", "connections_per_client", "engine_keepalive_s"),
                     "HAProxy and every worker must agree on it at once"),

@@ -344,8 +344,10 @@ class ChatSession:
             elif kind == "moved":  # a chat resumed on another worker: it opens with this notice
                 record.moved = True
                 self._open_when_started()
-                if self._rejoining and not record.resumed and self.sent_at is not None:
-                    # A new chat there, without saved chats: the reply is gone, as the app says.
+                if (self._rejoining and not record.resumed and self.sent_at is not None
+                        and not metadata.get("kept")):
+                    # A new chat there, which found nothing of this one: the reply is gone, as
+                    # the app says. A kept chat's reply shows again (app/live_chats.py).
                     record.error = "the chat moved to another app process, which lost the reply"
                     self.turn_done.set()
             elif kind == "error":
