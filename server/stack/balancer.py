@@ -136,11 +136,9 @@ def render_haproxy(config: BalancerConfig) -> str:
         f"    timeout http-keep-alive {config.keepalive_s}s",
     ]
     for front in config.frontends:
-        if front.tls_pem:
-            lines += tls_front(front)
-        else:
-            lines += ["", f"frontend {front.name}", f"    bind {bind_address(front.bind_host, front.bind_port)}"]
-            lines += client_limit(front)
+        address = bind_address(front.bind_host, front.bind_port)
+        lines += (tls_front(front) if front.tls_pem
+                  else ["", f"frontend {front.name}", f"    bind {address}", *client_limit(front)])
         lines += key_check(front)
         lines += [f"    default_backend {front.name}_servers",
                   "", f"backend {front.name}_servers", "    balance leastconn",

@@ -31,7 +31,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from server.errors import ErnieChatError
 from server.private_files import DIR_MODE, write_private
-from server.settings import app_exposed
+from server.settings import Settings, app_exposed
 
 CA_DAYS = 3650
 SERVER_DAYS = 397  # what public CAs may issue: no client balks at the length
@@ -268,7 +268,7 @@ def fingerprint(pem_path: Path) -> str:
     return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
 
 
-def notice(settings, cert: Optional[ChatCertificate]) -> Optional[str]:
+def notice(settings: Settings, cert: Optional[ChatCertificate]) -> Optional[str]:
     """What `up` says of the chat's encryption: plain HTTP on a network is a warning; a
     certificate made here comes with how to trust or replace it."""
     url, port = settings.app_url, settings.app_port
@@ -301,7 +301,7 @@ def notice(settings, cert: Optional[ChatCertificate]) -> Optional[str]:
         "[security] " + "!" * 70])
 
 
-def prepare(settings, folder: Path) -> Optional[ChatCertificate]:
+def prepare(settings: Settings, folder: Path) -> Optional[ChatCertificate]:
     """The chat's certificate as the settings ask (None: plain HTTP)."""
     if not settings.chat_tls:
         return None

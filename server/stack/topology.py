@@ -72,7 +72,8 @@ class Topology:
 
     @property
     def balanced_app(self) -> bool:
-        return len(self.worker_ports) > 1 or ((self.app_exposed or self.chat_tls) and bool(self.worker_ports))
+        behind = self.app_exposed or self.chat_tls
+        return len(self.worker_ports) > 1 or (behind and bool(self.worker_ports))
 
     @property
     def needs_balancer(self) -> bool:
