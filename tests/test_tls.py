@@ -243,6 +243,10 @@ def test_cookies_are_secure_and_hsts_is_sent(tls_app):
         login = http.post("/login", data={"username": USER, "password": PASSWORD})
     assert login.status_code == 200, login.text
     assert page.headers["strict-transport-security"] == f"max-age={balancer.HSTS_MAX_AGE_S}"
+    port = urlsplit(settings.app_url).port
+    local = httpx.get(settings.app_url + "/", headers={"Host": f"localhost:{port}"},
+                      verify=trusting(certificate.ca))
+    assert local.status_code == 200 and "strict-transport-security" not in local.headers
     cookies = page.headers.get_list("set-cookie") + login.headers.get_list("set-cookie")
     by_name = {c.split("=", 1)[0]: c for c in cookies}
     assert {"access_token", STICKY_COOKIE} <= by_name.keys(), cookies

@@ -172,6 +172,8 @@ def tls_front(front: Frontend) -> list[str]:
     cookies) gets ``Secure``, so a browser never sends it over plain HTTP (such as the
     redirect); HSTS makes the browser skip the plain request from the next visit on.
     X-Forwarded-Proto tells the workers (uvicorn trusts it from loopback) the page is https.
+    Chainlit 2.12 would make its own cookie Secure only with CHAINLIT_COOKIE_SAMESITE=none
+    (chainlit/auth/cookie.py), which would also send it along with other sites' requests.
     """
     address = bind_address(front.bind_host, front.bind_port)
     socket = f"abns@ernie-{front.name}-{front.bind_port}"
@@ -195,7 +197,11 @@ def tls_front(front: Frontend) -> list[str]:
             # and an upgraded socket has the tunnel timeout.
             f"    timeout client {HEADER_TIMEOUT}",
             "    http-request set-header X-Forwarded-Proto https",
-            f'    http-response set-header Strict-Transport-Security "max-age={HSTS_MAX_AGE_S}"',
+            # HSTS holds for a name on every port: for localhost it would force https on every
+            # other local server of the browser's machine for a year.
+            "    http-request set-var(txn.host) req.hdr(host)",
+            f'    http-response set-header Strict-Transport-Security "max-age={HSTS_MAX_AGE_S}" '
+            "unless { var(txn.host) -m reg -i ^localhost(:[0-9]+)?$ }",
             # Only where Secure is missing: a cookie set Secure already stays as it is.
             "    http-response replace-header Set-Cookie '^((?:(?!;\\s*[Ss]ecure(;|$)).)*)$' '\\1; Secure'"]
 
