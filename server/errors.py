@@ -19,6 +19,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ├── EngineUnsupported    server.stack.platforms: no vLLM build for this machine
     ├── StartupFailed        server.stack.engine_tier: the stack could not start
     ├── BalancerMissing      server.stack.balancer: HAProxy is needed and not installed
+    ├── TlsError             server.stack.tls: the chat's certificate or key cannot be used
     ├── RuntimeApiError      server.stack.balancer_runtime: HAProxy's admin socket failed
     ├── RestartRefused       server.stack.rolling: no restart without downtime as asked
     ├── RestartError         server.stack.restart_control: no running stack to restart

@@ -5,7 +5,7 @@ What exposure must not allow: the engine's paths outside /v1 (/tokenize, /invoca
 /metrics) used without its key; a client that sends its headers a byte at a time, or opens
 connection after connection, holding the chat or the engine; an exposed chat without login;
 the chats, logs and uploads readable by every account of the machine; a crashed worker's
-uploads left on disk for good.
+uploads left on disk for good; an exposed chat on plain HTTP unless asked for.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def stack(tmp_path_factory):
     up = Up(tmp, ERNIE_ENGINE_HOST="0.0.0.0", ERNIE_APP_HOST="0.0.0.0", ERNIE_APP_WORKERS="2",
             ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_CHAT_DB=str(tmp / "chats.db"),
             ERNIE_USAGE_LOG=str(tmp / "usage.jsonl"), ERNIE_CONNECTIONS_PER_CLIENT=str(LIMIT),
-            ERNIE_MAX_TOKENS="24")
+            # Plain HTTP, so the chat's load clients need no CA; HTTPS is tests/test_tls.py's.
+            ERNIE_MAX_TOKENS="24", ERNIE_TLS="off")
     up.tmp, up.orphan = tmp, orphan
     try:
         up.wait_for(r"^Chat: ", timeout_s=1200)
@@ -258,17 +259,30 @@ def test_an_exposed_chat_without_login_is_refused_with_what_to_set():
     assert "ERNIE_USERS=" in done.stderr and "ERNIE_OPEN_CHAT=true" in done.stderr, done.stderr
 
 
-def test_an_open_exposed_chat_starts_behind_haproxy_and_warns_about_plain_http(tmp_path):
+def test_plain_http_by_choice_is_warned_about(stack):
+    output = "\n".join(stack.lines)
+    assert "passwords and session cookies" in output.lower() and "UNENCRYPTED" in output
+    assert "ERNIE_TLS=off" in output and "ERNIE_APP_HOST=127.0.0.1" in output
+
+
+def test_an_open_exposed_chat_starts_behind_haproxy_on_https(tmp_path):
     up = Up(tmp_path, ERNIE_APP_HOST="0.0.0.0", ERNIE_OPEN_CHAT="true",
             ERNIE_ENGINE_URL=f"http://127.0.0.1:{free_port()}")
     try:
         up.wait_for(r"^Chat: ", timeout_s=180)
         output = "\n".join(up.lines)
-        assert "passwords and session cookies" in output.lower() and "UNENCRYPTED" in output
-        assert "TLS" in output and "ERNIE_APP_HOST=127.0.0.1" in output
+        assert f"Chat:   https://127.0.0.1:{up.app_port}" in output
+        ca = ROOT / ".cache" / "tls" / "ca.pem"
+        assert f"[security]   {ca}" in output and "ERNIE_TLS_CERT=" in output
+        assert "UNENCRYPTED" not in output
         assert "HAProxy in front of the app workers" in output       # even with one worker
         worker = re.search(r"\[app\] Chainlit ready at http://([\d.]+):(\d+)", output)
         assert worker.group(1) == "127.0.0.1" and int(worker.group(2)) != up.app_port
+        trusted = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+                                  str(ca), f"https://127.0.0.1:{up.app_port}/"], capture_output=True,
+                                 text=True, timeout=30)
+        assert trusted.stdout == "200", trusted.stderr
+        assert httpx.get(f"{up.url}/").status_code == 308
         assert seconds_until_cut(up.app_port) <= 13
     finally:
         up.stop()

@@ -55,7 +55,7 @@ def test_wildcard_listen_address_is_never_used_as_the_client_url(monkeypatch):
     monkeypatch.setenv("ERNIE_OPEN_CHAT", "true")
     s = load_settings()
     assert s.engine_base_url == "http://127.0.0.1:8000"
-    assert s.app_url == "http://127.0.0.1:8080"
+    assert s.app_url == "https://127.0.0.1:8080"  # exposed: HTTPS (server/settings/tls.py)
 
 
 def test_an_exposed_chat_needs_a_login_or_an_explicit_opt_out(monkeypatch):

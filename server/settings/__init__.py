@@ -10,7 +10,8 @@ names the variable, the value and what is allowed.
 Each group (a module of this package) holds its fields, the rules that make them valid
 and the ones that tie them to other groups' fields (``problems``): the model, the engine,
 the KV cache, the processes of each tier, one fast stream, the chat, login, sign-in
-through a provider, and who reaches the stack.  ``text`` holds the words around them (``.env.example``, error reports).
+through a provider, who reaches the stack, and the chat's HTTPS.  ``text`` holds the words
+around them (``.env.example``, error reports).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from server.settings.network import NetworkSettings, app_exposed, client_url, en
 from server.settings.scale import ScaleSettings
 from server.settings.stream import StreamSettings
 from server.settings.text import ENV_PREFIX, env_name
+from server.settings.tls import TlsSettings
 
 __all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_exposed", "auth_headers",
            "client_url", "engine_exposed", "env_example", "env_name", "is_loopback", "load_settings"]
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,
-          LoginSettings, OidcSettings, NetworkSettings)
+          LoginSettings, OidcSettings, NetworkSettings, TlsSettings)
 
 
 class SettingsError(ErnieChatError, ValueError):

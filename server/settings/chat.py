@@ -96,7 +96,7 @@ class ChatSettings(BaseModel):
 
     @property
     def app_url(self) -> str:
-        return client_url(self.app_host, self.app_port)
+        return client_url(self.app_host, self.app_port, self.chat_tls)
 
     @property
     def app_keepalive_s(self) -> float:

@@ -36,9 +36,9 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def client_url(host: str, port: int) -> str:
+def client_url(host: str, port: int, https: bool = False) -> str:
     """Where a client on this machine reaches a listener: never at the wildcard it binds."""
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    return f"{'https' if https else 'http'}://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
 
 
 def engine_exposed(s) -> bool:

@@ -52,6 +52,8 @@ OBSERVE = " observe layer7 error-limit 1 on-error mark-down"
 # A browser or client sends a request's headers in well under a second; a slowloris never does.
 HEADER_TIMEOUT = "10s"
 KEY_ENV = "ERNIE_ENGINE_KEY"
+# A year, the usual; no includeSubDomains: the domain's other hosts are not ours to promise.
+HSTS_MAX_AGE_S = 31536000
 UNAUTHORIZED = ('{"error": "Unauthorized: send the API key of the engine as Authorization: '
                 'Bearer <key> (ERNIE_API_KEY, or .cache/engine-api-key where ernie-chat made one)"}')
 
@@ -80,6 +82,7 @@ class Frontend:
     per_client: int = 0        # connections at once from one address; 0: no limit
     trusted: tuple[str, ...] = ()  # sources the per-client limit leaves alone
     replay: bool = False       # a request no server answered goes to another (retry_elsewhere)
+    tls_pem: Optional[str] = None  # HTTPS with this chain and key (HAProxy's crt); see tls_front
 
 
 @dataclass(frozen=True)
@@ -133,14 +136,17 @@ def render_haproxy(config: BalancerConfig) -> str:
         f"    timeout http-keep-alive {config.keepalive_s}s",
     ]
     for front in config.frontends:
-        lines += ["", f"frontend {front.name}", f"    bind {bind_address(front.bind_host, front.bind_port)}"]
-        lines += client_limit(front) + key_check(front)
+        address = bind_address(front.bind_host, front.bind_port)
+        lines += (tls_front(front) if front.tls_pem
+                  else ["", f"frontend {front.name}", f"    bind {address}", *client_limit(front)])
+        lines += key_check(front)
         lines += [f"    default_backend {front.name}_servers",
                   "", f"backend {front.name}_servers", "    balance leastconn",
                   f"    option httpchk GET {front.health_path}"]
         if front.sticky:
             # The workers see the browser's own address, for the login throttle (app/login.py).
-            lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly",
+            lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly"
+                      f"{' secure' if front.tls_pem else ''}",
                       "    option forwardfor"]
         lines += retry_elsewhere(front)
         for i, server in enumerate(front.servers):
@@ -148,6 +154,56 @@ def render_haproxy(config: BalancerConfig) -> str:
                          f"{OBSERVE if front.replay else ''}{sticky_cookie(front, i)}")
         lines += last_resort(front)
     return "\n".join(lines) + "\n"
+
+
+def tls_front(front: Frontend) -> list[str]:
+    """HTTPS on the frontend's port, and a redirect to it for plain HTTP on the same port.
+
+    One port for both, so that an address people already use (http://host:8080) leads them
+    to the encrypted chat instead of failing; a second port would have to be opened, and
+    80/443 need root.  A TCP frontend looks at each connection's first bytes: a TLS hello
+    goes to the HTTPS frontend, anything else to one that answers only 308 to https://.
+    Both sit on abstract sockets (Linux, no file, no port) and learn the client's address
+    through the PROXY protocol, for the login throttle and the per-client limit, which
+    the TCP frontend applies before either.  A client that sends nothing, or stalls in its
+    TLS handshake, is dropped after HEADER_TIMEOUT, like one that sends its headers too slowly.
+
+    Under TLS every cookie the workers set (Chainlit's login token, the device and boot
+    cookies) gets ``Secure``, so a browser never sends it over plain HTTP (such as the
+    redirect); HSTS makes the browser skip the plain request from the next visit on.
+    X-Forwarded-Proto tells the workers (uvicorn trusts it from loopback) the page is https.
+    Chainlit 2.12 would make its own cookie Secure only with CHAINLIT_COOKIE_SAMESITE=none
+    (chainlit/auth/cookie.py), which would also send it along with other sites' requests.
+    """
+    address = bind_address(front.bind_host, front.bind_port)
+    socket = f"abns@ernie-{front.name}-{front.bind_port}"
+    hello = "{ req.ssl_hello_type 1 }"
+    return ["", f"frontend {front.name}_sniff", "    mode tcp", f"    bind {address}",
+            *client_limit(front),
+            f"    tcp-request inspect-delay {HEADER_TIMEOUT}",
+            f"    tcp-request content accept if {hello}",
+            "    tcp-request content accept if { req.len gt 0 }",
+            f"    use_backend {front.name}_tls if {hello}",
+            f"    default_backend {front.name}_plain",
+            *(line for kind in ("tls", "plain") for line in (
+                "", f"backend {front.name}_{kind}", "    mode tcp",
+                f"    server {kind} {socket}-{kind} send-proxy-v2")),
+            "", f"frontend {front.name}_redirect", f"    bind {socket}-plain accept-proxy",
+            "    http-request redirect scheme https code 308",
+            "", f"frontend {front.name}", f"    bind {socket}-tls accept-proxy ssl crt {front.tls_pem} "
+            "ssl-min-ver TLSv1.2",
+            # HAProxy 2.6 bounds a TLS handshake only by this (2.8 has client-hs): a client that
+            # stalls in it is a slowloris. Once a request is in, a slow server does not count,
+            # and an upgraded socket has the tunnel timeout.
+            f"    timeout client {HEADER_TIMEOUT}",
+            "    http-request set-header X-Forwarded-Proto https",
+            # HSTS holds for a name on every port: for localhost it would force https on every
+            # other local server of the browser's machine for a year.
+            "    http-request set-var(txn.host) req.hdr(host)",
+            f'    http-response set-header Strict-Transport-Security "max-age={HSTS_MAX_AGE_S}" '
+            "unless { var(txn.host) -m reg -i ^localhost(:[0-9]+)?$ }",
+            # Only where Secure is missing: a cookie set Secure already stays as it is.
+            "    http-response replace-header Set-Cookie '^((?:(?!;\\s*[Ss]ecure(;|$)).)*)$' '\\1; Secure'"]
 
 
 def retry_elsewhere(front: Frontend) -> list[str]:

@@ -35,7 +35,7 @@ from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings, app_exposed, engine_exposed
-from server.stack import balancer, balancer_runtime, restart_control, roller, warmup
+from server.stack import balancer, balancer_runtime, restart_control, roller, tls, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
 from server.stack.processes import ManagedProcess, free_port, port_free, port_problem
@@ -77,6 +77,7 @@ class Stack:
         self.apps: Optional[AppTier] = None
         self.balancer: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
+        self.certificate: Optional[tls.ChatCertificate] = None
         # Processes a rolling restart stops on purpose (or the watch loop is restarting):
         # the other side leaves them alone. The lock makes "held or alive?" one step.
         self.lock = threading.Lock()
@@ -111,20 +112,15 @@ class Stack:
         usage = self.settings.usage_log
         tighten(Path(".env"), self.root / ".files", usage if usage.is_absolute() else self.root / usage)
 
+    def prepare_tls(self) -> None:
+        """The chat's certificate, checked or made, before anything starts (server/stack/tls.py)."""
+        self.certificate = tls.prepare(self.settings, self.root / ".cache" / "tls")
+
     def warn_exposed_chat(self) -> None:
-        """Passwords and cookies in clear text on a network deserve more than a quiet default."""
-        s = self.settings
-        if not app_exposed(s):
-            return
-        self.out("\n".join([
-            "[security] " + "!" * 70,
-            f"[security] WARNING: the chat listens on {s.app_host}:{s.app_port} over plain HTTP.",
-            "[security] Login passwords and session cookies cross the network UNENCRYPTED: anyone",
-            "[security] on the way can read them and take over a session.",
-            "[security] Put TLS in front: set ERNIE_APP_HOST=127.0.0.1 and let a proxy with a",
-            "[security] certificate (Caddy: `caddy reverse-proxy --from chat.example.org --to",
-            f"[security] 127.0.0.1:{s.app_port}`; nginx or HAProxy with `ssl`) take the network side.",
-            "[security] " + "!" * 70]))
+        """Passwords and cookies in clear text on a network deserve more than a quiet default;
+        a certificate nobody trusts yet needs saying how to trust or replace it."""
+        if notice := tls.notice(self.settings, self.certificate):
+            self.out(notice)
 
     def plan(self) -> Topology:
         s = self.settings
@@ -171,7 +167,8 @@ class Stack:
         """HAProxy's process, started without waiting: it needs only the topology, so it
         starts while the engine loads and is listening long before the engine serves."""
         config = balancer_config(self.topology, self.settings,
-                                 balancer.max_connections(balancer.open_files_limit()))
+                                 balancer.max_connections(balancer.open_files_limit()),
+                                 str(self.certificate.pem) if self.certificate else None)
         if config is None:
             return
         if len(bytes(self.stats_socket)) < balancer_runtime.MAX_SOCKET_PATH:
@@ -239,7 +236,7 @@ class Stack:
         for worker in self.apps.workers:
             self.apps.wait(worker)
         if self.topology.balanced_app and not wait_until(
-                lambda: http_ok(self.settings.app_url), lambda: False, 10,
+                lambda: http_ok(self.settings.app_url, verify=False), lambda: False, 10,
                 StatusLine("balancer"), lambda: "waiting for its first healthy worker"):
             raise StartupFailed(f"{self.settings.app_url} does not answer through HAProxy")
 
@@ -253,6 +250,7 @@ class Stack:
             took[name], mark = time.monotonic() - mark, time.monotonic()
         self.make_runtime_files_private()
         self.secure_exposed_engine()
+        self.prepare_tls()
         self.warn_exposed_chat()
         self.out(f"[stack] {self.plan().describe()}")
         self.check_before_start()

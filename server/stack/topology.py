@@ -24,7 +24,7 @@ own and HAProxy listens where the settings say (``server.stack.balancer``).
 A tier exposed to other machines (its host not loopback) always sits behind
 HAProxy, even as one process: neither vLLM nor uvicorn limits how long a client
 may take to send its headers or how many connections one address holds, and
-vLLM's key guards only its /v1 paths.
+vLLM's key guards only its /v1 paths.  So does a chat on HTTPS: HAProxy terminates TLS.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Topology:
     engine_port: int
     engine_exposed: bool = False
     app_exposed: bool = False
+    chat_tls: bool = False
 
     @property
     def balanced_engine(self) -> bool:
@@ -71,7 +72,8 @@ class Topology:
 
     @property
     def balanced_app(self) -> bool:
-        return len(self.worker_ports) > 1 or (self.app_exposed and bool(self.worker_ports))
+        behind = self.app_exposed or self.chat_tls
+        return len(self.worker_ports) > 1 or (behind and bool(self.worker_ports))
 
     @property
     def needs_balancer(self) -> bool:
@@ -109,23 +111,26 @@ def plan_topology(settings: Settings, device: str, cores: int,
     # A node of engine copies only (vllm serve --headless) runs no chat.
     workers_n = 0 if settings.node_role == "engines" else (
         settings.app_workers or auto_app_workers(device, cores))
-    worker_ports = ((settings.app_port,) if workers_n == 1 and not app_exposed
+    # HAProxy terminates TLS, so a chat on HTTPS is behind it even as one worker.
+    worker_ports = ((settings.app_port,) if workers_n == 1 and not (app_exposed or settings.chat_tls)
                     else tuple(free_port() for _ in range(workers_n)))
     return Topology(device, api_servers, copies, worker_ports, settings.app_host,
                     settings.app_port, settings.engine_host, settings.engine_port,
-                    engine_exposed, app_exposed)
+                    engine_exposed, app_exposed, settings.chat_tls)
 
 
-def balancer_config(topology: Topology, settings: Settings,
-                    max_connections: int = 20000) -> Optional[BalancerConfig]:
-    """HAProxy's frontends for the tiers behind it; None when neither is."""
+def balancer_config(topology: Topology, settings: Settings, max_connections: int = 20000,
+                    tls_pem: Optional[str] = None) -> Optional[BalancerConfig]:
+    """HAProxy's frontends for the tiers behind it; None when neither is. ``tls_pem``: the
+    chat's certificate and key (server/stack/tls.py), when it serves HTTPS."""
     frontends = []
     limit = settings.connections_per_client
     if topology.balanced_app:
         frontends.append(Frontend("chat", topology.app_host, topology.app_port,
                                   tuple(Backend(LOOPBACK, p) for p in topology.worker_ports),
                                   health_path="/", sticky=True,
-                                  per_client=limit if topology.app_exposed else 0))
+                                  per_client=limit if topology.app_exposed else 0,
+                                  tls_pem=tls_pem))
     if topology.balanced_engine:
         # The app's own connections come from this machine, one per streaming chat: a
         # crowd's worth. Loopback reaches the copies directly anyway, so the limit spares it.
