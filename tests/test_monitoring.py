@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +24,9 @@ from server.loadtest.chat import qa_load
 from server.loadtest.lib import login as qa_login
 from server.settings import Settings, SettingsError, load_settings
 from server.stack import metrics_endpoint, scrape_config
+from server.stack.engine_tier import StartupFailed
 from server.stack.processes import free_port
+from server.stack.supervisor import Stack
 from tests.conftest import metric_from_text
 from tests.stack_process import Up
 
@@ -93,6 +96,17 @@ def test_the_scrape_config_points_at_both_endpoints_with_token_files_not_tokens(
     assert str(scrape_config.APP_TOKEN_FILE) in text and str(scrape_config.ENGINE_KEY_FILE) in text
     assert TOKEN not in text and "kkkk" not in text
     assert "authorization" not in scrape_config.render_for(load_settings(), tmp_path)
+
+
+def test_a_taken_metrics_port_stops_up_before_anything_starts_and_says_which(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        settings = load_settings(engine_port=free_port(), app_port=free_port(), metrics_port=port,
+                                 log_file=tmp_path / "llm.log")
+        with pytest.raises(StartupFailed, match=f"Port {port} .*ERNIE_METRICS_PORT"):
+            Stack(settings, root=tmp_path, out=lambda _: None).check_before_start()
 
 
 # --- a real stack, a real Prometheus ---------------------------------------------------
