@@ -27,8 +27,9 @@ from chainlit.config import config as chainlit_config
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight, live_chats,
-                 live_view, login, oidc, origins, page_policy, regenerate, saved_chats, served_files,
-                 server_info, session_guard, session_tasks, token_count, upload_check, upload_limit)
+                 live_view, login, metrics, oidc, origins, page_policy, regenerate, saved_chats,
+                 served_files, server_info, session_guard, session_tasks, token_count, upload_check,
+                 upload_limit)
 from app.attachments import prompt_with, read_files
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
@@ -133,6 +134,7 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
         kind = "interrupted"  # tokens had come, then the engine went and none came back in time
     elif kind == "unreachable" and engine_restarting():
         kind = "loading"  # the supervisor says vLLM is on its way back
+    metrics.error_shown(kind)
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     SERVER.forget()
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -224,12 +226,14 @@ async def take_over(partial: in_flight.Partial, store: in_flight.ReplyStore) -> 
                                               top_p=resumed.marker.top_p,
                                               max_tokens=resumed.marker.max_tokens))
         cl.user_session.set("asked_at", time.perf_counter())
+        metrics.reply_taken_over()
         await answer(resumed.asked_id, resumed.asked, resumed=resumed)
     session_tasks.start_stoppable(carry)
 
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
+    metrics.chat_opened()
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
     if moved_here():
@@ -275,6 +279,7 @@ async def on_message(message: cl.Message) -> None:
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
     cl.user_session.set("asked_at", time.perf_counter())  # for the usage log's stamps
+    metrics.message_received()
     await regenerate.withdraw()
     if not message.content.strip() and not message.elements:
         await show_error(text(lang(), "empty"))
@@ -335,6 +340,7 @@ async def _answer(message_id: str, user_text: str, too_long: str,
         model, max_len, fitted, resumed = await failover.when_engine_answers(
             prepared, SETTINGS.continue_wait_s, say_waiting, engine_restarting)
     except TooLong as exc:
+        metrics.error_shown(too_long)
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
         return
     except Exception as exc:
@@ -409,6 +415,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     cl.user_session.get("budget").sent(stats.prompt_tokens)
     STREAMING.finished(stats.tokens_per_s)
+    metrics.reply_finished(stats)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps())
@@ -461,6 +468,7 @@ async def on_app_shutdown() -> None:
 async def on_chat_end() -> None:
     # Chainlit keeps every message of a chat in chat_context and never frees it (docs/notes.md).
     cl.chat_context.clear()
+    metrics.chat_closed()
 
 
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
@@ -480,6 +488,7 @@ if SETTINGS.chat_db is not None:
     async def on_chat_resume(thread: dict) -> None:
         chosen = persona((thread.get("metadata") or {}).get("chat_profile")
                          if isinstance(thread.get("metadata"), dict) else None)
+        metrics.chat_opened()
         start_session(saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
         await send_panel()

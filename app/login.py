@@ -25,7 +25,7 @@ from typing import Optional
 
 import chainlit as cl
 
-from app import device_cookie
+from app import device_cookie, metrics
 from app.asgi_headers import send_refusal, with_header
 from app.auth_sessions import Sessions
 from app.device_cookie import DeviceCookies
@@ -101,11 +101,13 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
             attempt.refused_for_s = decision.retry_after_s
             log.warning("login refused without a check: too many failures (user %r, address %s, %s)",
                         username[:64], attempt.address, "known device" if device else "new device")
+            metrics.login_failed("throttled")
             return None
         await asyncio.sleep(decision.wait_s)
         name = await asyncio.to_thread(check_password, users, username, password)
         if name is None:
             log.warning("failed login (user %r, address %s)", username[:64], attempt.address)
+            metrics.login_failed("password")
             return None
         await throttle.succeeded(plan)
         attempt.new_device_cookie = cookies.make(name, device)

@@ -148,6 +148,14 @@ def cmd_settings(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scrape_config(args: argparse.Namespace) -> int:
+    """Prometheus's scrape configuration for this machine's settings (docs/monitoring.md)."""
+    from server.stack.scrape_config import DASHBOARD, render_for
+    print(render_for(load_settings()), end="")
+    print(f"# Grafana dashboard for these jobs: {DASHBOARD}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ernie-chat", description="Self-hosted chat on vLLM: run, plan, diagnose.")
@@ -218,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("settings", help="show the effective settings and vLLM command")
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")
     show.set_defaults(func=cmd_settings)
+
+    scrape = sub.add_parser("scrape-config", help="print Prometheus's scrape config for this stack",
+                            description="The app's and vLLM's /metrics at the ports of the "
+                            "settings (.env and the environment), with the token files they need.")
+    scrape.set_defaults(func=cmd_scrape_config)
 
     from server.loadtest.bench import command as bench  # each tool keeps its own flags
     from server.loadtest.chat import bench_modes, cpu, qa_load

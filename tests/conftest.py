@@ -85,6 +85,7 @@ def engine_settings(tmp: Path, **overrides):
         model="demo",
         engine_port=free_port(),
         app_port=free_port(),
+        metrics_port=free_port(),  # the app's /metrics: several apps run at once
         log_file=tmp / "llm.log",
         auth_db=tmp / "auth.db",  # each app its own login counts, not the checkout's data/
         live_chats_dir=tmp / "live-chats",

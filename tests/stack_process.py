@@ -58,10 +58,11 @@ class Up:
     """`ernie-chat up` in a subprocess, its output collected by a reader thread."""
 
     def __init__(self, tmp: Path, **env: str):
-        self.engine_port, self.app_port = free_port(), free_port()
+        self.engine_port, self.app_port, self.metrics_port = free_port(), free_port(), free_port()
         self.settings = Settings(_env_file=None, log_file=tmp / "llm.log")  # where its state file is
         self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
-                    "ERNIE_APP_PORT": str(self.app_port), "ERNIE_LOG_FILE": str(tmp / "llm.log"),
+                    "ERNIE_APP_PORT": str(self.app_port), "ERNIE_METRICS_PORT": str(self.metrics_port),
+                    "ERNIE_LOG_FILE": str(tmp / "llm.log"),
                     "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1",
                     "ERNIE_LIVE_CHATS_DIR": str(tmp / "live-chats"), **env}
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,

@@ -24,7 +24,7 @@ def test_up_serves_chat_and_engine_then_sigterm_leaves_nothing(tmp_path):
     engine_port, app_port = free_port(), free_port()
     env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(engine_port),
            "ERNIE_APP_PORT": str(app_port), "ERNIE_LOG_FILE": str(tmp_path / "llm.log"),
-           "ERNIE_MAX_MODEL_LEN": "2048", "ERNIE_KV_CACHE_GIB": "1",
+           "ERNIE_METRICS_PORT": str(free_port()), "ERNIE_MAX_MODEL_LEN": "2048", "ERNIE_KV_CACHE_GIB": "1",
            # Secrets that must reach vLLM and Chainlit but no log or terminal.
            "ERNIE_API_KEY": f"sk-{API_KEY_SECRET}", "ERNIE_CHAT_DB": str(tmp_path / "chats.db"),
            "ERNIE_USERS": f"alice:{PASSWORD_SECRET}"}

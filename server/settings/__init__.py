@@ -29,6 +29,7 @@ from server.settings.engine import EngineSettings
 from server.settings.kv import KvSettings
 from server.settings.login import LoginSettings
 from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, ModelSettings
+from server.settings.monitoring import MonitoringSettings
 from server.settings.oidc import OidcSettings
 from server.settings.network import NetworkSettings, app_exposed, client_url, engine_exposed, is_loopback
 from server.settings.scale import ScaleSettings
@@ -41,7 +42,7 @@ __all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_expo
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,
-          LoginSettings, OidcSettings, NetworkSettings, TlsSettings)
+          LoginSettings, OidcSettings, NetworkSettings, TlsSettings, MonitoringSettings)
 
 
 class SettingsError(ErnieChatError, ValueError):
@@ -74,7 +75,7 @@ class Settings(BaseSettings, *reversed(GROUPS)):
 
 
 # chat_db: a PostgreSQL URL carries a password.
-SECRET_FIELDS = {"api_key", "users", "chat_db", "oidc_client_secret"}
+SECRET_FIELDS = {"api_key", "users", "chat_db", "oidc_client_secret", "metrics_token"}
 
 
 def auth_headers(api_key: Optional[str]) -> dict:

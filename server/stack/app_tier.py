@@ -14,7 +14,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import httpx
 
@@ -79,9 +79,11 @@ class Worker:
 
 class AppTier:
     def __init__(self, settings: Settings, host: str, ports: tuple[int, ...], engine_url: str,
-                 root: Path, log_path: Path, out: Callable[[str], None] = print):
+                 root: Path, log_path: Path, out: Callable[[str], None] = print,
+                 extra_env: Optional[dict[str, str]] = None):
         self.settings, self.root, self.out = settings, root, out
         self.engine_url = engine_url
+        self.extra_env = extra_env or {}  # where the workers write their metrics
         self.workers = []
         for index, port in enumerate(ports):
             # Chainlit's CLI without nest_asyncio, whose pure-Python loop costs CPU (app/serve.py).
@@ -97,7 +99,7 @@ class AppTier:
         # The workers' engine_url is always set, so they are told the keep-alive it implies here.
         env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": self.engine_url,
                "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
-               "CHAINLIT_APP_ROOT": str(self.root)}
+               "CHAINLIT_APP_ROOT": str(self.root), **self.extra_env}
         if settings.users is not None:  # login, with or without saved chats
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(self.root / ".cache" / "chainlit-auth-secret")
         for worker in self.workers:

@@ -48,6 +48,8 @@ FIXED: dict[str, str] = {
                     "copies of the old and the new would answer side by side meanwhile"),
     **dict.fromkeys(("device", "engine_venv", "torch_index_url"),
                     "the engine's environment is set up at start"),
+    **dict.fromkeys(("metrics_host", "metrics_port", "metrics_token"),
+                    "the supervisor serves the app's metrics from start (docs/monitoring.md)"),
     **dict.fromkeys(("gpu_memory_utilization", "kv_cache_gib"),
                     "the copies share the device's memory by a plan made at start"),
     **dict.fromkeys(("chat_db", "auth_db", "live_chats_dir"),

@@ -38,6 +38,7 @@ from server.settings import Settings, app_exposed, engine_exposed
 from server.stack import balancer, balancer_runtime, restart_control, roller, tls, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
+from server.stack.metrics_endpoint import MetricsEndpoint
 from server.stack.processes import ManagedProcess, free_port, port_free, port_problem
 from server.stack.readiness import http_ok, wait_until
 from server.stack.topology import Topology, balancer_config, plan_topology
@@ -75,6 +76,7 @@ class Stack:
         self.topology: Optional[Topology] = None
         self.engines: Optional[EngineTier] = None
         self.apps: Optional[AppTier] = None
+        self.metrics: Optional[MetricsEndpoint] = None
         self.balancer: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
         self.certificate: Optional[tls.ChatCertificate] = None
@@ -131,6 +133,8 @@ class Stack:
         """Ports, the balancer, the saved chats and the sign-in provider: problems found in milliseconds, not after vLLM."""
         s, topology = self.settings, self.topology or self.plan()
         wanted = [(s.app_host, s.app_port, "ERNIE_APP_PORT")] if topology.worker_ports else []
+        if topology.worker_ports and s.metrics_port:
+            wanted.append((s.metrics_host, s.metrics_port, "ERNIE_METRICS_PORT"))
         if s.starts_engine and s.node_role == "head":
             wanted.insert(0, (s.engine_host, s.engine_port, "ERNIE_ENGINE_PORT"))
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
@@ -217,8 +221,10 @@ class Stack:
         """The Chainlit workers' processes, started without waiting: they need the engine
         only when the first chat opens, so they load while it does."""
         topology = self.topology or self.plan()
+        self.metrics = MetricsEndpoint(self.settings) if self.settings.metrics_port else None
         self.apps = AppTier(self.settings, topology.worker_host, topology.worker_ports,
-                            self.settings.engine_base_url, self.root, self.log_path, self.out)
+                            self.settings.engine_base_url, self.root, self.log_path, self.out,
+                            self.metrics.worker_env if self.metrics else None)
         for worker in self.apps.workers:
             worker.proc.start()
 
@@ -349,6 +355,8 @@ class Stack:
         # The front first, so no new request reaches a tier that is going away.
         if self.apps:
             self.apps.stop()
+        if self.metrics:
+            self.metrics.stop()
         if self.balancer and self.balancer.pid is not None:
             self.balancer.stop()
         if self.engines:

@@ -1,0 +1,230 @@
+"""The app's own metrics, every worker's added up, scraped by a real Prometheus.
+
+The unit tests run the endpoint on real workers' files (a process that counted, then
+exited); the stack test runs ``up`` with two app workers behind HAProxy on the session's
+vLLM, chats through them as browsers do, and asks Debian's Prometheus (``./scripts/test``
+installs it) what it scraped with the repository's scrape config and dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.loadtest.chat import qa_load
+from server.loadtest.lib import login as qa_login
+from server.settings import Settings, SettingsError, load_settings
+from server.stack import metrics_endpoint, scrape_config
+from server.stack.engine_tier import StartupFailed
+from server.stack.processes import free_port
+from server.stack.supervisor import Stack
+from tests.conftest import metric_from_text
+from tests.stack_process import Up
+
+TOKEN = "t0ken-for-the-metrics-endpoint"
+
+
+def count_in_a_worker(folder: Path, code: str) -> None:
+    """``code`` run against app.metrics in a worker-like process that then exits."""
+    subprocess.run([sys.executable, "-c", f"from app import metrics\n{code}"], check=True, timeout=60,
+                   env={"PROMETHEUS_MULTIPROC_DIR": str(folder), "PATH": "/usr/bin:/bin"},
+                   cwd=Path(__file__).resolve().parent.parent)
+
+
+@pytest.fixture
+def endpoint(tmp_path):
+    settings = load_settings(log_file=tmp_path / "llm.log", metrics_port=free_port(), metrics_token=TOKEN)
+    served = metrics_endpoint.MetricsEndpoint(settings)
+    yield served, f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    served.stop()
+
+
+def test_workers_figures_are_added_up_and_a_gone_workers_chats_are_not_open(endpoint):
+    served, url = endpoint
+    count_in_a_worker(served.path, "metrics.chat_opened(); metrics.chat_opened(); metrics.message_received()\n"
+                                   "metrics.error_shown('cut'); metrics.limit_hit('messages_per_minute')")
+    count_in_a_worker(served.path, "metrics.chat_opened(); metrics.message_received()")
+    body = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).text
+    assert metric_from_text(body, "ernie_chat_messages_total") == 2  # both workers, after they exited
+    assert metric_from_text(body, "ernie_chat_errors_total", kind="cut") == 1
+    assert metric_from_text(body, "ernie_chat_limits_hit_total", limit="messages_per_minute") == 1
+    # Their three chats went with them: a dead worker's gauge is dropped, not summed forever.
+    with pytest.raises(KeyError):
+        metric_from_text(body, "ernie_chat_chats_open")
+
+
+def test_the_folder_of_a_previous_run_is_emptied(tmp_path):
+    folder = tmp_path / "app-metrics"
+    count_in_a_worker(metrics_endpoint.prepare_dir(folder), "metrics.message_received()")
+    assert list(folder.glob("*.db"))
+    assert not list(metrics_endpoint.prepare_dir(folder).iterdir())
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_without_the_token_the_endpoint_answers_401(endpoint):
+    _, url = endpoint
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_an_exposed_endpoint_without_a_token_is_refused_with_what_to_set():
+    with pytest.raises(SettingsError, match="ERNIE_METRICS_TOKEN"):
+        load_settings(metrics_host="0.0.0.0")
+    with pytest.raises(SettingsError, match="shorter than 16"):
+        load_settings(metrics_token="short")
+    assert load_settings(metrics_host="0.0.0.0", metrics_token=TOKEN).metrics_token_value == TOKEN
+    load_settings(metrics_host="0.0.0.0", metrics_port=0)  # no endpoint: nothing exposed
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_the_scrape_config_points_at_both_endpoints_with_token_files_not_tokens(tmp_path):
+    settings = load_settings(metrics_host="0.0.0.0", metrics_port=9999, metrics_token=TOKEN,
+                             api_key="sk-" + "k" * 20, engine_port=8123)
+    text = scrape_config.render_for(settings, tmp_path)
+    assert '"127.0.0.1:9999"' in text and '"127.0.0.1:8123"' in text
+    assert str(scrape_config.APP_TOKEN_FILE) in text and str(scrape_config.ENGINE_KEY_FILE) in text
+    assert TOKEN not in text and "kkkk" not in text
+    assert "authorization" not in scrape_config.render_for(load_settings(), tmp_path)
+
+
+def test_a_taken_metrics_port_stops_up_before_anything_starts_and_says_which(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        settings = load_settings(engine_port=free_port(), app_port=free_port(), metrics_port=port,
+                                 log_file=tmp_path / "llm.log")
+        with pytest.raises(StartupFailed, match=f"Port {port} .*ERNIE_METRICS_PORT"):
+            Stack(settings, root=tmp_path, out=lambda _: None).check_before_start()
+
+
+# --- a real stack, a real Prometheus ---------------------------------------------------
+
+CHATS = 4
+REPLY_TOKENS = 24
+PASSWORD = "wonderland-rabbit"
+
+
+class Prometheus:
+    def __init__(self, tmp: Path, config: str):
+        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        if not Path(binary).exists():
+            raise RuntimeError("Prometheus is not installed: apt-get install prometheus "
+                               "(./scripts/test does it)")
+        (tmp / "prometheus.yml").write_text(config)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = (tmp / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address={self.url.removeprefix('http://')}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.wait_for(lambda: httpx.get(self.url + "/-/ready").status_code == 200, "ready")
+
+    def wait_for(self, check, what: str, timeout_s: float = 60):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"Prometheus exited: {Path(self.log.name).read_text()[-2000:]}"
+            try:
+                if check():
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"Prometheus: not {what} in {timeout_s} s")
+
+    def query(self, promql: str) -> dict:
+        answer = httpx.get(self.url + "/api/v1/query", params={"query": promql}, timeout=10).json()
+        assert answer["status"] == "success", (promql, answer)
+        return answer["data"]
+
+    def value(self, promql: str):
+        """The single value of an instant query, None when it has no series."""
+        result = self.query(promql)["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    def reaches(self, promql: str, wanted: float, timeout_s: float = 30) -> None:
+        self.wait_for(lambda: self.value(promql) == wanted, f"{promql} == {wanted} "
+                      f"(last: {self.value(promql)})", timeout_s)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def monitored(engine, tmp_path):
+    settings, _ = engine
+    up = Up(tmp_path / "stack", ERNIE_ENGINE_URL=settings.engine_base_url, ERNIE_APP_WORKERS="2",
+            ERNIE_USERS=f"alice:{PASSWORD}", ERNIE_MAX_TOKENS=str(REPLY_TOKENS), ERNIE_IGNORE_EOS="true",
+            ERNIE_WARMUP="false", ERNIE_MAX_MODEL_LEN=str(settings.max_model_len))
+    prometheus = None
+    try:
+        up.wait_for("Press Ctrl-C", timeout_s=300)
+        # The repository's scrape config, at this test's ports, scraping every second.
+        config = scrape_config.render(Settings(_env_file=None, metrics_port=up.metrics_port,
+                                               engine_url=settings.engine_base_url), interval_s=1)
+        prometheus = Prometheus(tmp_path, config)
+        yield up, prometheus
+    finally:
+        if prometheus:
+            prometheus.stop()
+        up.stop()
+
+
+@pytest.mark.engine
+def test_prometheus_scrapes_the_apps_and_vllms_figures_and_the_dashboard_queries_parse(monitored):
+    up, prom = monitored
+    prom.reaches('sum(up{job=~"ernie-chat-app|ernie-chat-vllm"})', 2)
+    for _ in range(2):
+        assert httpx.post(up.url + "/login", data={"username": "alice", "password": "wrong"}).status_code == 401
+    cookie = asyncio.run(qa_login.log_in(up.url, "alice", {qa_login.PASSWORD_ENV: PASSWORD}))
+
+    async def all_open():  # the chats are open, none has asked yet
+        await asyncio.to_thread(prom.reaches, "sum(ernie_chat_chats_open)", CHATS)
+    result = asyncio.run(qa_load.run_load(up.url, ["Tell me a story."], CHATS, 120,
+                                          before_sending=all_open, cookie=cookie))
+    assert result["summary"]["complete"] == CHATS, result["summary"]
+    # A prompt far over the window: the chat refuses it before the engine, an error of its kind.
+    too_long = asyncio.run(qa_load.run_load(up.url, ["word " * 20000], 1, 120, cookie=cookie))
+    assert too_long["summary"]["complete"] == 0
+
+    prom.reaches("sum(ernie_chat_messages_total)", CHATS + 1)
+    prom.reaches("sum(ernie_chat_replies_total)", CHATS)
+    prom.reaches("sum(ernie_chat_time_to_first_token_seconds_count)", CHATS)
+    prom.reaches("sum(ernie_chat_reply_tokens_per_second_count)", CHATS)
+    prom.reaches('sum(ernie_chat_errors_total{kind="too_long"})', 1)
+    prom.reaches('sum(ernie_chat_logins_failed_total{reason="password"})', 2)
+    prom.reaches("sum(ernie_chat_chats_open)", 0)  # the clients left
+    # The chats reached both workers, and the one endpoint added them up.
+    folder = metrics_endpoint.metrics_dir(load_settings(log_file=up.settings.log_file))
+    assert len(metrics_endpoint.pids_of(p.name for p in folder.glob("counter_*.db"))) == 2
+    # What the users waited for, against what the replies' own timing allows: the demo model
+    # on a CPU answers within seconds, 24 tokens each.
+    p95 = prom.value("histogram_quantile(0.95, sum by (le) (ernie_chat_time_to_first_token_seconds_bucket))")
+    assert 0 < p95 <= 30
+    assert prom.value("sum(vllm:generation_tokens_total)") >= CHATS * REPLY_TOKENS
+    assert prom.value("sum(vllm:num_requests_running)") is not None
+    assert prom.value("max(vllm:kv_cache_usage_perc)") is not None
+
+    dashboard = json.loads(scrape_config.DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 12
+    for expr in exprs:  # each parses and runs: Prometheus answers "success"
+        prom.query(expr)
+    names = " ".join(exprs)
+    for wanted in ("ernie_chat_time_to_first_token_seconds", "ernie_chat_reply_tokens_per_second",
+                   "ernie_chat_chats_open", "ernie_chat_errors_total", "vllm:num_requests_running",
+                   "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert wanted in names, wanted
