@@ -154,6 +154,19 @@ def start_app(tmp: Path, **overrides):
         stack.stop()
 
 
+def start_balanced_app(tmp: Path, **overrides):
+    """App workers (``app_workers``) behind HAProxy, which tells them each client's address
+    (forwardfor); yields their settings."""
+    stack = Stack(engine_settings(tmp, **overrides), root=ROOT)
+    try:
+        stack.plan()
+        stack.start_balancer()
+        stack.start_app()
+        yield stack.settings
+    finally:
+        stack.stop()
+
+
 # Replies of a known length: ignore_eos makes every reply run to max_tokens.
 APP_MAX_TOKENS = 3000
 

@@ -25,11 +25,9 @@ from app.login_throttle import (ADDRESS_FREE_FAILURES, FREE_FAILURES, DelayPolic
                                 Policies, address_key, attempt_plan, forgive, schedule)
 from server.auth_store import AuthStoreError, PostgresStore, SqliteStore
 from server.passwords import hash_password
-from server.paths import ROOT
 from server.stack.processes import free_port
-from server.stack.supervisor import Stack
 from tests import postgres
-from tests.conftest import engine_settings, start_app
+from tests.conftest import start_app, start_balanced_app
 
 
 class FakeClock:
@@ -230,14 +228,7 @@ def login_app(tmp_path_factory):
 def balanced_login_app(tmp_path_factory):
     """Two app workers behind HAProxy, which tells them each client's address (forwardfor)."""
     tmp = tmp_path_factory.mktemp("balanced-login")
-    stack = Stack(engine_settings(tmp, **login_app_settings(tmp, app_workers=2)), root=ROOT)
-    try:
-        stack.plan()
-        stack.start_balancer()
-        stack.start_app()
-        yield stack.settings
-    finally:
-        stack.stop()
+    yield from start_balanced_app(tmp, **login_app_settings(tmp, app_workers=2))
 
 
 def login(settings, user, password, source="127.0.0.1", headers=None,

@@ -26,6 +26,7 @@ from server.settings import text
 from server.settings.chat import ChatSettings
 from server.settings.engine import EngineSettings
 from server.settings.kv import KvSettings
+from server.settings.limits import LimitSettings
 from server.settings.login import LoginSettings
 from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, ModelSettings
 from server.settings.oidc import OidcSettings
@@ -39,7 +40,7 @@ __all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_expo
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,
-          LoginSettings, OidcSettings, NetworkSettings)
+          LoginSettings, OidcSettings, LimitSettings, NetworkSettings)
 
 
 class SettingsError(ErnieChatError, ValueError):
