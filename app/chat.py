@@ -39,8 +39,8 @@ from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
 from app.single_flight import SingleFlight
 from app.texts import duration, figures_line, lang_of, refusal, text
-from app.user_limits import Limits, UserLimits, user_key
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
+from app.user_limits import Limits, UserLimits, user_key
 from server import chat_db
 from server.auth_store import open_store
 from server.demo_stamp import is_demo_model

@@ -23,10 +23,9 @@ from app import device_cookie
 from app.device_cookie import MAX_AGE_S, DeviceCookies
 from app.login_throttle import (ADDRESS_FREE_FAILURES, FREE_FAILURES, DelayPolicy, LoginThrottle, Plan,
                                 Policies, address_key, attempt_plan, forgive, schedule)
-from server.auth_store import AuthStoreError, PostgresStore, SqliteStore
+from server.auth_store import AuthStoreError, SqliteStore
 from server.passwords import hash_password
 from server.stack.processes import free_port
-from tests import postgres
 from tests.conftest import start_app, start_balanced_app
 
 
@@ -155,20 +154,6 @@ def test_a_device_cookie_is_trusted_only_for_its_user_unaltered_and_unexpired():
     assert cookies.device_of(f"{forged}.{signature}", "bob", now=1001) is None
     assert cookies.device_of(value, "alice", now=1000 + MAX_AGE_S + 1) is None
     assert cookies.device_of("garbage", "alice") is None and cookies.device_of(None, "alice") is None
-
-
-@pytest.fixture(scope="module")
-def database():
-    yield from postgres.start(free_port())
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def new_store(request, tmp_path):
-    """Makes stores (each a worker's connections) on one SQLite file or one PostgreSQL database."""
-    if request.param == "sqlite":
-        return lambda: SqliteStore(tmp_path / "auth.db")
-    url = request.getfixturevalue("database")
-    return lambda: PostgresStore(url)
 
 
 def test_parallel_workers_on_one_store_take_turns(new_store):

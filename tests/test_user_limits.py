@@ -7,6 +7,7 @@ app workers share (``server/auth_store.py``), opened twice as two workers would.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 import pytest
@@ -145,16 +146,22 @@ def test_an_engine_that_cannot_be_read_is_not_called_busy():
 
 # --- the shared store -------------------------------------------------------------------
 
-def test_two_workers_count_one_user_once(tmp_path):
-    """Two stores on one file, as two app workers: the limit holds across them."""
+def test_workers_sending_at_once_count_one_user_once(new_store):
+    """Messages of one user sent at once to four workers (four stores on one database): the
+    counts are read and written atomically, so exactly the limit gets through."""
     limits, clock = Limits.from_settings(4, 0), lambda: 1000.0
-    workers = [UserLimits(SqliteStore(tmp_path / "auth.db"), limits, clock) for _ in range(2)]
+    user = f"addr:10.0.{time.time_ns() % 250}.7"  # the PostgreSQL database outlives one test
 
     async def main():
-        return await asyncio.gather(*(workers[i % 2].admit("addr:10.0.0.7") for i in range(10)))
-    answers = asyncio.run(main())
-    assert sum(a is None for a in answers) == 4
-    assert asyncio.run(workers[0].admit("addr:10.0.0.8")) is None
+        workers = [UserLimits(new_store(), limits, clock) for _ in range(4)]
+        try:
+            answers = await asyncio.gather(*(workers[i % 4].admit(user) for i in range(12)))
+            return answers, await workers[0].admit(user + "8")
+        finally:
+            for worker in workers:
+                await worker.store.close()
+    answers, other = asyncio.run(main())
+    assert sum(a is None for a in answers) == 4 and other is None
 
 
 def test_tokens_spent_on_one_worker_hold_on_the_other(tmp_path):
