@@ -145,6 +145,8 @@ def test_a_message_meets_a_full_queue_with_how_many_are_ahead(engine, busy_app):
             else:
                 await asking
         await asking
+        await quiet.close()
+        await chat.close()
         return quiet.session.record, chat.session.record
     quiet, busy = asyncio.run(go())
     assert quiet.outcome == "complete" and not quiet.notice
