@@ -10,7 +10,8 @@ names the variable, the value and what is allowed.
 Each group (a module of this package) holds its fields, the rules that make them valid
 and the ones that tie them to other groups' fields (``problems``): the model, the engine,
 the KV cache, the processes of each tier, one fast stream, the chat, login, sign-in
-through a provider, and who reaches the stack.  ``text`` holds the words around them (``.env.example``, error reports).
+through a provider, fair limits, and who reaches the stack.  ``text`` holds the words around them
+(``.env.example``, error reports).
 """
 
 from __future__ import annotations
