@@ -31,6 +31,7 @@ from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir,
                  served_files, server_info, session_guard, session_tasks, token_count, upload_check,
                  upload_limit)
 from app.attachments import prompt_with, read_files
+from app.busy import BusyGauge
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
@@ -38,9 +39,11 @@ from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
 from app.single_flight import SingleFlight
-from app.texts import figures_line, lang_of, refusal, text
+from app.texts import duration, figures_line, lang_of, refusal, text
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
+from app.user_limits import Limits, UserLimits, user_key
 from server import chat_db
+from server.auth_store import open_store
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.settings import auth_headers, load_settings
@@ -92,6 +95,11 @@ LIVE_CHATS = None if SETTINGS.chat_db else live_chats.LiveChats(SETTINGS.live_ch
 if LIVE_CHATS is not None:
     LIVE_CHATS.sweep(chainlit_config.project.session_timeout)  # chats of dead workers that never came back
     live_chats.install(LIVE_CHATS)
+_LIMITS = Limits.from_settings(SETTINGS.user_messages_per_min, SETTINGS.user_tokens_per_day)
+# Counted in the store every worker shares (app/user_limits.py); None when no limit is set.
+LIMITS = UserLimits(open_store(SETTINGS.chat_db, SETTINGS.auth_db), _LIMITS) if _LIMITS.on else None
+BUSY = (BusyGauge(SETTINGS.busy_queue, lambda: server_info.read_metrics(HTTP, SETTINGS.engine_base_url))
+        if SETTINGS.busy_queue is not None else None)
 
 
 def lang() -> str:
@@ -290,10 +298,45 @@ async def on_message(message: cl.Message) -> None:
     if message.content.strip() == EXPORT_COMMAND:
         await send_export()
         return
+    if not await admitted():
+        return
     message.content = clean_text(message.content)
     user_text = await with_attachments(message)
     if user_text is not None:
         await answer(message.id, user_text, "too_long_files" if message.elements else "too_long")
+
+
+def current_user() -> str:
+    """Whom the limits count: the login name, else the client's address (uvicorn takes it from
+    X-Forwarded-For only when the connection comes from the balancer, on 127.0.0.1)."""
+    user = cl.user_session.get("user")
+    scope = (cl.context.session.environ or {}).get("asgi.scope") or {}
+    return user_key(user.identifier if user else None, (scope.get("client") or ("unknown",))[0])
+
+
+async def admitted() -> bool:
+    """Whether a new message is answered: not when the engine's queue is past its bound and
+    ERNIE_BUSY_ACTION is refuse, nor when its user is over a limit (then it counts nowhere)."""
+    busy = await BUSY.busy() if BUSY is not None else None
+    when = duration(lang(), busy.wait_s) if busy else ""
+    if busy and SETTINGS.busy_action == "refuse":
+        await limit_hit("busy", text(lang(), "busy_refused", ahead=busy.ahead, when=when))
+        return False
+    if LIMITS is not None and (over := await LIMITS.admit(current_user())) is not None:
+        await limit_hit(over.limit, text(lang(), f"limit_{over.limit}", amount=f"{over.amount:,}",
+                                         when=duration(lang(), over.retry_after_s)))
+        return False
+    if busy:
+        await notice(text(lang(), "busy_wait", ahead=busy.ahead, when=when), "busy")
+    return True
+
+
+async def limit_hit(limit: str, content: str) -> None:
+    """Every refusal by a limit (``messages``, ``tokens``) or by a full queue (``busy``) passes
+    here, and only those: the place to count them."""
+    logging.getLogger(__name__).info("refused a message: %s", limit)
+    metrics.limit_hit(limit)
+    await notice(content, "limited" if limit != "busy" else "busy_refused")
 
 
 async def with_attachments(message: cl.Message) -> Optional[str]:
@@ -363,6 +406,9 @@ async def on_regenerate(action: cl.Action) -> None:
         return
     cl.user_session.set("asked_at", time.perf_counter())
     await regenerate.withdraw()
+    if not await admitted():
+        await regenerate.offer(lang())
+        return
     await notice(text(lang(), "regenerated"))
     session_tasks.start_stoppable(lambda: answer(*asked))
 
@@ -405,11 +451,13 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
+        await spend_tokens(stats)
         raise
     except Exception as exc:
         if batcher.text:
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
+        await spend_tokens(stats)
         return
     line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
@@ -419,8 +467,16 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps())
+    await spend_tokens(stats)
     reply.content = batcher.text + FIGURES_MARK + line + "*"
     await reply.send()
+
+
+async def spend_tokens(stats: ec.ReplyStats) -> None:
+    """A reply's tokens, as its figures line counts them (prompt plus reply), on its user's
+    day; a stopped or broken reply's too, as far as the engine counted them."""
+    if LIMITS is not None and stats.prompt_tokens is not None:
+        await LIMITS.spend_tokens(current_user(), stats.prompt_tokens + (stats.completion_tokens or 0))
 
 
 def _counter(model: str):

@@ -85,7 +85,8 @@ def login_failed(reason: str) -> None:
 
 
 def limit_hit(limit: str) -> None:
-    """A per-user limit refused a request; ``limit`` names which (e.g. "messages_per_minute")."""
+    """A limit refused a message; ``limit`` names which: messages, tokens, or busy (the engine's
+    queue past ERNIE_BUSY_QUEUE)."""
     LIMITS_HIT.labels(limit=limit).inc()
 
 

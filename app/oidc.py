@@ -36,6 +36,7 @@ import jwt as pyjwt
 from chainlit.oauth_providers import OAuthProvider
 from fastapi import HTTPException
 
+from app import metrics
 from app.auth_sessions import Sessions
 from app.texts import lang_of, text
 from server.oidc_discovery import TIMEOUT_S, Endpoints, OidcError, discover
@@ -234,6 +235,7 @@ def make_callback(rules: Rules, sessions: Sessions, provider_name: str):
         if isinstance(verdict, Refused):
             log.warning("refused the sign-in of %r through %s: %s", verdict.name[:64], provider_id,
                         verdict.reason)
+            metrics.login_failed("provider_refused")
             if (callback := _CALLBACK.get()) is not None:
                 callback.refused = verdict
             return None

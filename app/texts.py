@@ -6,6 +6,8 @@ The language follows the browser (Chainlit passes its Accept-Language); any
 
 from __future__ import annotations
 
+import math
+
 TEXTS: dict[str, dict[str, str]] = {
     "en": {
         "welcome": "Hello! I am **{model}**, served by {server}. Ask me anything; "
@@ -138,6 +140,17 @@ TEXTS: dict[str, dict[str, str]] = {
                         "Ask an administrator to check the chat's sign-in settings.",
         "oidc_try_again": "Sign in again",
         "oidc_provider_sign_out": "Sign out at the provider (to use another account)",
+        "limit_messages": "⏳ You have sent {amount} messages within a minute, as many as one user "
+                          "may. Try again in {when}.",
+        "limit_tokens": "⏳ You have used the {amount} tokens one user may use in 24 hours. Try "
+                        "again in {when}.",
+        "busy_wait": "⏳ Busy: {ahead} ahead of you, about {when}. Your reply starts when its "
+                     "turn comes.",
+        "busy_refused": "⏳ Busy: {ahead} ahead of you, about {when}. Please try again then.",
+        "when_s": "{n} s",
+        "when_min": "{n} min",
+        "when_h": "{h} h {m} min",
+        "when_unknown": "a short while",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -235,6 +248,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "oidc_no_name": "登录服务没有提供您的身份，因此无法让您进入此聊天。请管理员检查聊天的登录设置。",
         "oidc_try_again": "重新登录",
         "oidc_provider_sign_out": "在登录服务处退出（以便换一个账号）",
+        "limit_messages": "⏳ 您一分钟内已发送 {amount} 条消息，已达每位用户的上限。请在{when}后重试。",
+        "limit_tokens": "⏳ 您已用完每位用户 24 小时内可用的 {amount} 个 token。请在{when}后重试。",
+        "busy_wait": "⏳ 繁忙：您前面有 {ahead} 个请求，大约需要{when}。轮到时回复会自动开始。",
+        "busy_refused": "⏳ 繁忙：您前面有 {ahead} 个请求，大约需要{when}。请届时再试。",
+        "when_s": " {n} 秒",
+        "when_min": " {n} 分钟",
+        "when_h": " {h} 小时 {m} 分钟",
+        "when_unknown": "一小会儿",
     },
 }
 
@@ -266,3 +287,16 @@ def refusal(lang: str, refused) -> str:
     """One message for the files that cannot go into the prompt, one line per file."""
     problems = "\n".join(f"- {text(lang, r.reason, name=r.name, **r.values)}" for r in refused)
     return text(lang, "files_refused", problems=problems)
+
+
+def duration(lang: str, seconds: float | None) -> str:
+    """A wait as people say it: seconds, minutes, or hours and minutes, rounded up."""
+    if seconds is None:
+        return text(lang, "when_unknown")
+    whole = max(1, math.ceil(seconds))
+    if whole < 90:
+        return text(lang, "when_s", n=whole)
+    minutes = math.ceil(whole / 60)
+    if minutes < 90:
+        return text(lang, "when_min", n=minutes)
+    return text(lang, "when_h", h=minutes // 60, m=minutes % 60)

@@ -29,10 +29,15 @@ from server.errors import ErnieChatError
 
 T = TypeVar("T")
 
-SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS auth_login_keys (
+# Tables of keys: the login throttle's, and the per-user limits' (app/user_limits.py), each
+# forgotten on its own horizon.
+LOGIN_KEYS, LIMIT_KEYS = "auth_login_keys", "user_limit_keys"
+KEY_TABLE = """
+CREATE TABLE IF NOT EXISTS {t} (
     key TEXT PRIMARY KEY, failures REAL NOT NULL, updated REAL NOT NULL, ready_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS auth_login_keys_updated ON auth_login_keys (updated);
+CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated);
+"""
+SQLITE_SCHEMA = KEY_TABLE.format(t=LOGIN_KEYS) + KEY_TABLE.format(t=LIMIT_KEYS) + """
 CREATE TABLE IF NOT EXISTS auth_revoked_tokens (digest TEXT PRIMARY KEY, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS auth_signed_out (name TEXT PRIMARY KEY, at REAL NOT NULL);
 """
@@ -49,7 +54,8 @@ class AuthStoreError(ErnieChatError, RuntimeError):
 
 @dataclass
 class KeyState:
-    """One throttle key: its failed logins (decayed as of ``updated``) and its next free slot."""
+    """One throttle key: its failed logins (decayed as of ``updated``) and its next free slot.
+    A limit key uses ``ready_at`` alone, and ``updated`` for when it may be forgotten."""
 
     failures: float = 0.0
     updated: float = 0.0
@@ -64,8 +70,10 @@ KeyChange = Callable[[dict[str, KeyState]], T]
 class AuthStore(Protocol):
     where: str  # for messages: the file, or the database without its password
 
-    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float) -> T:
-        """Run ``change`` on ``keys`` atomically; rows idle since ``forget_before`` go too."""
+    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float,
+                          table: str = LOGIN_KEYS) -> T:
+        """Run ``change`` on ``keys`` of ``table`` atomically; its rows idle since
+        ``forget_before`` go too."""
 
     async def revoke_token(self, digest: str, until: float, now: float) -> None:
         """Refuse the token with this digest until it expires anyway."""
@@ -128,17 +136,20 @@ class SqliteStore:
         db.execute("COMMIT")
         return result
 
-    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float) -> T:
+    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float,
+                          table: str = LOGIN_KEYS) -> T:
+        table = _key_table(table)
+
         def work(db: sqlite3.Connection) -> T:
             marks = ",".join("?" * len(keys))
-            rows = db.execute(f"SELECT key, failures, updated, ready_at FROM auth_login_keys "
+            rows = db.execute(f"SELECT key, failures, updated, ready_at FROM {table} "
                               f"WHERE key IN ({marks})", keys).fetchall()
             states = {key: KeyState(*values) for key, *values in rows}
             result = change(states)
             kept, gone = _changed_rows(keys, states)
-            db.executemany("INSERT OR REPLACE INTO auth_login_keys VALUES (?, ?, ?, ?)", kept)
-            db.executemany("DELETE FROM auth_login_keys WHERE key = ?", gone)
-            db.execute("DELETE FROM auth_login_keys WHERE updated < ?", (forget_before,))
+            db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", kept)
+            db.executemany(f"DELETE FROM {table} WHERE key = ?", gone)
+            db.execute(f"DELETE FROM {table} WHERE updated < ?", (forget_before,))
             return result
         return await asyncio.to_thread(self._transaction, work)
 
@@ -191,26 +202,27 @@ class PostgresStore:
                 self._pool = pool
         return self._pool
 
-    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float) -> T:
+    async def update_keys(self, keys: list[str], change: KeyChange, forget_before: float,
+                          table: str = LOGIN_KEYS) -> T:
+        table = _key_table(table)
         keys = sorted(keys)  # every transaction locks in the same order: no deadlock
         pool = await self._connection_pool()
         async with pool.acquire() as db:
             async with db.transaction():
                 # FOR UPDATE locks only rows that exist: make them first, so that two first
                 # attempts on a new key also wait for each other.
-                await db.execute("INSERT INTO auth_login_keys SELECT unnest($1::text[]), 0, 0, 0 "
+                await db.execute(f"INSERT INTO {table} SELECT unnest($1::text[]), 0, 0, 0 "
                                  "ON CONFLICT DO NOTHING", keys)
-                rows = await db.fetch("SELECT key, failures, updated, ready_at FROM auth_login_keys "
+                rows = await db.fetch(f"SELECT key, failures, updated, ready_at FROM {table} "
                                       "WHERE key = ANY($1) ORDER BY key FOR UPDATE", keys)
                 states = {row["key"]: KeyState(row["failures"], row["updated"], row["ready_at"])
                           for row in rows if row["updated"] > 0}
                 result = change(states)
-                await _write_back_async(db, keys, states)
+                await _write_back_async(db, table, keys, states)
             # Apart, and skipping rows a login holds: a delete that waited for them could
             # deadlock with it.
-            await db.execute("DELETE FROM auth_login_keys WHERE key IN (SELECT key FROM "
-                             "auth_login_keys WHERE updated < $1 FOR UPDATE SKIP LOCKED)",
-                             forget_before)
+            await db.execute(f"DELETE FROM {table} WHERE key IN (SELECT key FROM {table} "
+                             "WHERE updated < $1 FOR UPDATE SKIP LOCKED)", forget_before)
         return result
 
     async def revoke_token(self, digest: str, until: float, now: float) -> None:
@@ -245,9 +257,16 @@ def _changed_rows(keys: list[str], states: dict[str, KeyState]) -> tuple[list[tu
     return kept, gone
 
 
-async def _write_back_async(db, keys: list[str], states: dict[str, KeyState]) -> None:
+def _key_table(table: str) -> str:
+    """One of the key tables (the name goes into SQL text)."""
+    if table not in (LOGIN_KEYS, LIMIT_KEYS):
+        raise ValueError(f"no key table {table!r}")
+    return table
+
+
+async def _write_back_async(db, table: str, keys: list[str], states: dict[str, KeyState]) -> None:
     kept, gone = _changed_rows(keys, states)
-    await db.executemany("INSERT INTO auth_login_keys VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO "
+    await db.executemany(f"INSERT INTO {table} VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO "
                          "UPDATE SET failures = EXCLUDED.failures, updated = EXCLUDED.updated, "
                          "ready_at = EXCLUDED.ready_at", kept)
-    await db.executemany("DELETE FROM auth_login_keys WHERE key = $1", gone)
+    await db.executemany(f"DELETE FROM {table} WHERE key = $1", gone)

@@ -13,11 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.auth_store import PostgresStore, SqliteStore
 from server.paths import ROOT  # noqa: E402  (one definition of the root)
 from server.settings import load_settings
 from server.stack import provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
+from tests import postgres
 
 # Fixtures that start real processes (vLLM, a Chainlit app, PostgreSQL, HAProxy, Chromium,
 # another server) or reach a registry: a test that uses one, even through another fixture, is
@@ -156,6 +158,19 @@ def start_app(tmp: Path, **overrides):
         stack.stop()
 
 
+def start_balanced_app(tmp: Path, **overrides):
+    """App workers (``app_workers``) behind HAProxy, which tells them each client's address
+    (forwardfor); yields their settings."""
+    stack = Stack(engine_settings(tmp, **overrides), root=ROOT)
+    try:
+        stack.plan()
+        stack.start_balancer()
+        stack.start_app()
+        yield stack.settings
+    finally:
+        stack.stop()
+
+
 # Replies of a known length: ignore_eos makes every reply run to max_tokens.
 APP_MAX_TOKENS = 3000
 
@@ -182,6 +197,22 @@ def app_without_engine(tmp_path_factory):
     """The chat pointed at a port where nothing listens: the engine is down."""
     yield from start_app(tmp_path_factory.mktemp("down"),
                          engine_url=f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.fixture(scope="module")
+def database():
+    """A PostgreSQL server of the module's own."""
+    yield from postgres.start(free_port())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(request, tmp_path):
+    """Makes login stores (each a worker's connections) on one SQLite file or one PostgreSQL
+    database."""
+    if request.param == "sqlite":
+        return lambda: SqliteStore(tmp_path / "auth.db")
+    url = request.getfixturevalue("database")
+    return lambda: PostgresStore(url)
 
 
 def metric(base_url: str, name: str, **labels: str) -> float:

@@ -23,13 +23,10 @@ from app import device_cookie
 from app.device_cookie import MAX_AGE_S, DeviceCookies
 from app.login_throttle import (ADDRESS_FREE_FAILURES, FREE_FAILURES, DelayPolicy, LoginThrottle, Plan,
                                 Policies, address_key, attempt_plan, forgive, schedule)
-from server.auth_store import AuthStoreError, PostgresStore, SqliteStore
+from server.auth_store import AuthStoreError, SqliteStore
 from server.passwords import hash_password
-from server.paths import ROOT
 from server.stack.processes import free_port
-from server.stack.supervisor import Stack
-from tests import postgres
-from tests.conftest import engine_settings, start_app
+from tests.conftest import start_app, start_balanced_app
 
 
 class FakeClock:
@@ -159,20 +156,6 @@ def test_a_device_cookie_is_trusted_only_for_its_user_unaltered_and_unexpired():
     assert cookies.device_of("garbage", "alice") is None and cookies.device_of(None, "alice") is None
 
 
-@pytest.fixture(scope="module")
-def database():
-    yield from postgres.start(free_port())
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def new_store(request, tmp_path):
-    """Makes stores (each a worker's connections) on one SQLite file or one PostgreSQL database."""
-    if request.param == "sqlite":
-        return lambda: SqliteStore(tmp_path / "auth.db")
-    url = request.getfixturevalue("database")
-    return lambda: PostgresStore(url)
-
-
 def test_parallel_workers_on_one_store_take_turns(new_store):
     """Guesses sent at once to four workers (four stores on one database) get distinct
     slots, one after another: the counts are read and written atomically."""
@@ -230,14 +213,7 @@ def login_app(tmp_path_factory):
 def balanced_login_app(tmp_path_factory):
     """Two app workers behind HAProxy, which tells them each client's address (forwardfor)."""
     tmp = tmp_path_factory.mktemp("balanced-login")
-    stack = Stack(engine_settings(tmp, **login_app_settings(tmp, app_workers=2)), root=ROOT)
-    try:
-        stack.plan()
-        stack.start_balancer()
-        stack.start_app()
-        yield stack.settings
-    finally:
-        stack.stop()
+    yield from start_balanced_app(tmp, **login_app_settings(tmp, app_workers=2))
 
 
 def login(settings, user, password, source="127.0.0.1", headers=None,

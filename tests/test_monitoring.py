@@ -51,15 +51,26 @@ def endpoint(tmp_path):
 def test_workers_figures_are_added_up_and_a_gone_workers_chats_are_not_open(endpoint):
     served, url = endpoint
     count_in_a_worker(served.path, "metrics.chat_opened(); metrics.chat_opened(); metrics.message_received()\n"
-                                   "metrics.error_shown('cut'); metrics.limit_hit('messages_per_minute')")
+                                   "metrics.error_shown('cut'); metrics.limit_hit('messages')")
     count_in_a_worker(served.path, "metrics.chat_opened(); metrics.message_received()")
     body = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).text
     assert metric_from_text(body, "ernie_chat_messages_total") == 2  # both workers, after they exited
     assert metric_from_text(body, "ernie_chat_errors_total", kind="cut") == 1
-    assert metric_from_text(body, "ernie_chat_limits_hit_total", limit="messages_per_minute") == 1
+    assert metric_from_text(body, "ernie_chat_limits_hit_total", limit="messages") == 1
     # Their three chats went with them: a dead worker's gauge is dropped, not summed forever.
     with pytest.raises(KeyError):
         metric_from_text(body, "ernie_chat_chats_open")
+
+
+def test_a_sign_in_the_provider_vouched_for_but_the_rules_refuse_is_counted(endpoint):
+    served, url = endpoint
+    count_in_a_worker(served.path, "import asyncio\nfrom app import oidc\n"
+                      "rules = oidc.Rules('email', 'groups', ('example.org',), (), None, frozenset())\n"
+                      "on_oauth = oidc.make_callback(rules, None, 'idp')\n"
+                      "claims = {'email': 'eve@elsewhere.net', 'email_verified': True}\n"
+                      "assert asyncio.run(on_oauth('idp', 'token', claims, None)) is None")
+    body = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).text
+    assert metric_from_text(body, "ernie_chat_logins_failed_total", reason="provider_refused") == 1
 
 
 def test_the_folder_of_a_previous_run_is_emptied(tmp_path):

@@ -50,6 +50,19 @@ def lost(index: int, error: str) -> SessionRecord:
 
 # --- figures on hand-made chats -------------------------------------------------
 
+def test_limit_and_busy_answers_are_counted_apart_and_fail_nothing():
+    limited = lost(1, "")
+    limited.refused, limited.notice = chat_socket.LIMITED, "⏳ ... Try again in 20 s."
+    refused = lost(2, "")
+    refused.refused = chat_socket.BUSY_REFUSED
+    waited = chat(3)
+    waited.busy_waited = True
+    s = summarize_sessions([chat(0), limited, refused, waited], wall_s=1.0)
+    assert s["ok"] and (s["limited"], s["busy_refused"], s["busy_waited"], s["lost"]) == (1, 1, 1, 0)
+    assert [r.outcome for r in (limited, refused, waited)] == ["limited", "busy_refused", "busy_waited"]
+    assert "limited 1   busy_refused 1" in qa_load.render({"summary": s, "url": "u"})
+
+
 def test_all_good_chats_pass_with_percentiles_of_their_times():
     records = [chat(i, ttft_s=(i + 1) / 10, total_s=(i + 1) / 2) for i in range(10)]  # 0.1 .. 1.0 s
     s = summarize_sessions(records, wall_s=3.0)

@@ -15,6 +15,7 @@ from server.loadtest.users import capacity
 from server.loadtest.users.capacity import Objective, bounds, next_users, step_row
 from server.loadtest.users.chats import Reply
 from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersError, run_users
+from server.loadtest.users import report as user_report
 from server.loadtest.users.stats import live, per_second, steady, summarize_users, user_rates
 
 
@@ -68,6 +69,18 @@ def test_the_verdict_counts_lost_incomplete_crossed_and_failed_opens():
     assert s["incomplete"] == 1 and not s["ok"]
     assert not summarize_users(users[:1], good, crossed=1, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
     assert summarize_users(users[:1], good, crossed=None, wall_s=9.0, ramp_s=0.0, window_s=None)["ok"]
+
+
+def test_limit_and_busy_answers_are_outcomes_of_their_own_not_failures():
+    users = [UserRecord(0, 0.0, 0.1, 9.0)]
+    answered = [ReplyRecord(0, 0, 0.0, outcome="limited"), ReplyRecord(0, 1, 1.0, outcome="busy_refused"),
+                ReplyRecord(0, 2, 2.0, 0.5, 2.5, 41, True, outcome="busy_waited")]
+    s = summarize_users(users, answered, crossed=0, wall_s=9.0, ramp_s=0.0, window_s=None)
+    assert s["ok"] and (s["refused"], s["lost"], s["errors"], s["complete"]) == (2, 0, 0, 1)
+    assert {k: n for k, n in s["outcomes"].items() if n} == {"limited": 1, "busy_refused": 1,
+                                                             "busy_waited": 1}
+    assert "refused 2" in user_report.render({"summary": s, "through": "app", "url": "u", "model": {
+        "turns": 3, "think_s": 5, "ramp_s": 0, "window_s": None}})
 
 
 def test_the_steady_state_is_after_the_ramp_and_inside_the_window():

@@ -10,8 +10,8 @@ names the variable, the value and what is allowed.
 Each group (a module of this package) holds its fields, the rules that make them valid
 and the ones that tie them to other groups' fields (``problems``): the model, the engine,
 the KV cache, the processes of each tier, one fast stream, the chat, login, sign-in
-through a provider, who reaches the stack, and the chat's HTTPS.  ``text`` holds the words
-around them (``.env.example``, error reports).
+through a provider, fair limits, who reaches the stack, and the chat's HTTPS.  ``text`` holds
+the words around them (``.env.example``, error reports).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from server.settings import text
 from server.settings.chat import ChatSettings
 from server.settings.engine import EngineSettings
 from server.settings.kv import KvSettings
+from server.settings.limits import LimitSettings
 from server.settings.login import LoginSettings
 from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, ModelSettings
 from server.settings.monitoring import MonitoringSettings
@@ -42,7 +43,7 @@ __all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_expo
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,
-          LoginSettings, OidcSettings, NetworkSettings, TlsSettings, MonitoringSettings)
+          LoginSettings, OidcSettings, LimitSettings, NetworkSettings, TlsSettings, MonitoringSettings)
 
 
 class SettingsError(ErnieChatError, ValueError):

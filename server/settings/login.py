@@ -45,7 +45,8 @@ class LoginSettings(BaseModel):
         "many seconds. A success clears only that user's own count there, never an address's.")
     auth_db: Path = Field(
         Path("data/auth.db"), description="SQLite file (mode 0600) the app workers share for login "
-        "counts and sign-outs, kept across restarts; with a PostgreSQL ERNIE_CHAT_DB, that instead.")
+        "counts, sign-outs and per-user limit counts, kept across restarts; with a PostgreSQL "
+        "ERNIE_CHAT_DB, that instead.")
     session_lifetime_s: int = Field(15 * 24 * 3600, ge=60, description="How long a login lasts unless "
         "ended: logout, a new password or removal in ERNIE_USERS, `ernie-chat revoke-sessions NAME`.")
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from server.loadtest.chat import processes as qa_processes
+from server.loadtest.lib import chat_socket
 from server.loadtest.lib.chat_socket import (ChatSession, QaLoadError, SessionRecord, check_app,
                                              count_crossed, read_prompts)
 from server.loadtest.lib.login import PASSWORD_ENV, chat_cookie_for
@@ -74,6 +75,7 @@ def summarize_sessions(records: list[SessionRecord], wall_s: float) -> dict:
     """The run's verdict: ``ok`` only when every chat got its own complete reply."""
     replied = [r for r in records if r.replied]
     complete = [r for r in replied if r.complete]
+    refused = [r for r in records if r.refused and not r.replied]  # answers, not failures
     errors = [r for r in records if r.error]
     reasons: dict[str, int] = {}
     for record in errors:
@@ -84,7 +86,10 @@ def summarize_sessions(records: list[SessionRecord], wall_s: float) -> dict:
         "replied": len(replied),
         "complete": len(complete),
         "incomplete": len(replied) - len(complete),
-        "lost": len(records) - len(replied),
+        "limited": sum(r.refused == chat_socket.LIMITED for r in refused),
+        "busy_refused": sum(r.refused == chat_socket.BUSY_REFUSED for r in refused),
+        "busy_waited": sum(r.busy_waited for r in complete),
+        "lost": len(records) - len(replied) - len(refused),
         "crossed": count_crossed(records),
         "errors": len(errors),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
@@ -189,6 +194,8 @@ def render(result: dict) -> str:
         f"  opened {s['welcomed']}   complete replies {s['complete']}/{s['sessions']}   "
         f"lost {s['lost']}   crossed {s['crossed']}   incomplete {s['incomplete']}   "
         f"errors {s['errors']}",
+        f"  answered instead of a reply: limited {s['limited']}   busy_refused {s['busy_refused']}"
+        f"   (replies after a busy notice: {s['busy_waited']})",
         f"  TTFT ms  p50 {ms(s['ttft_ms'], 'median')}  p99 {ms(s['ttft_ms'], 'p99')}   "
         f"total ms  p50 {ms(s['total_ms'], 'median')}  p99 {ms(s['total_ms'], 'p99')}",
     ]

@@ -72,6 +72,9 @@ class SessionRecord:
     message_ids: set[str] = field(default_factory=set)
     tags_seen: set[str] = field(default_factory=set)
     error: str = ""
+    refused: str = ""             # the app answered with a limit or busy refusal: REFUSALS
+    busy_waited: bool = False     # the app said the engine was busy, then answered
+    notice: str = ""              # that refusal's or busy notice's text
 
     @property
     def replied(self) -> bool:
@@ -125,16 +128,26 @@ class SessionRecord:
         return outcome_of(self)
 
 
-OUTCOMES = ("complete", "continued", "failed", "lost")
+# The app's answers instead of a reply (app/chat.py limit_hit, by their message's kind): the
+# user was over a limit, or the engine's queue was full with ERNIE_BUSY_ACTION=refuse.
+LIMITED, BUSY_REFUSED = "limited", "busy_refused"
+REFUSALS = (LIMITED, BUSY_REFUSED)
+OUTCOMES = ("complete", "continued", "busy_waited", *REFUSALS, "failed", "lost")
 
 
 def outcome_of(record: SessionRecord) -> str:
     """``complete``; ``continued``: complete after the socket came back (a reconnect, or the
     reply carried on by another worker) or after its engine stopped under it (the figures
-    line's mark); ``failed``: the app said what went wrong (an error, or that the chat moved
-    and its reply is gone); ``lost``: no reply and no word."""
+    line's mark); ``busy_waited``: complete after the app said the engine was busy;
+    ``limited`` / ``busy_refused``: the app answered that the user is over a limit, or that
+    the engine is too busy, and when to try again; ``failed``: the app said what went wrong
+    (an error, or that the chat moved and its reply is gone); ``lost``: no reply and no word."""
     if record.complete:
-        return "continued" if record.reconnects or record.continued else "complete"
+        if record.reconnects or record.continued:
+            return "continued"
+        return "busy_waited" if record.busy_waited else "complete"
+    if record.refused:
+        return record.refused
     if record.error.startswith(SHOWN_ERROR) or record.moved:
         return "failed"
     return "lost"
@@ -204,7 +217,7 @@ class ChatSession:
             self.record.error = f"sending failed: {str(exc) or type(exc).__name__}"
             return
         await self._wait_turn()
-        if not self.record.replied and not self.record.error:
+        if not self.record.replied and not self.record.error and not self.record.refused:
             self.record.error = "the turn ended without a reply"
 
     def _client(self):
@@ -283,6 +296,7 @@ class ChatSession:
         """Forget the last turn's reply so ask() can send ``prompt`` in the same chat."""
         record = self.record
         record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
+        record.refused, record.busy_waited, record.notice = "", False, ""
         record.reconnects = 0
         record.ttft_s = record.total_s = record.sent_at = None
         self.turn_done.clear()
@@ -353,6 +367,10 @@ class ChatSession:
             elif kind == "error":
                 record.error = SHOWN_ERROR + (data.get("output") or "")[:200]
                 self._open_when_started()
+            elif kind in REFUSALS:
+                record.refused, record.notice = kind, data.get("output") or ""
+            elif kind == "busy":
+                record.busy_waited, record.notice = True, data.get("output") or ""
             elif kind == "reply" and record.reply_id in (None, data["id"]):
                 # An empty reply is never streamed: it comes only as this message.
                 record.reply_id, record.final = data["id"], data.get("output") or ""

@@ -51,8 +51,11 @@ class Chat(Protocol):
 class AppChat:
     """A chat of the app through its websocket, as a browser tab (chat_socket)."""
 
-    def __init__(self, url: str, index: int, tag: str, cookie: str = ""):
-        self.url, self.headers = url, {"Cookie": cookie} if cookie else None
+    def __init__(self, url: str, index: int, tag: str, cookie: str = "", address: str = ""):
+        headers = {"Cookie": cookie} if cookie else {}
+        if address:
+            headers["X-Forwarded-For"] = address
+        self.url, self.headers = url, headers or None
         # Reconnects as the browser's socket.io client does (same session id, its cookies).
         self.session = ChatSession(SessionRecord(index, tag, prompt=""), reconnect=True)
 
@@ -128,6 +131,14 @@ class EngineChat:
 PATHS = ("app", "engine")
 
 
+def user_address(index: int) -> str:
+    """A made-up client address for user ``index`` (from 10.77.0.1 on), sent as
+    X-Forwarded-For.  The app trusts that header only from its own machine (uvicorn's
+    forwarded_allow_ips, 127.0.0.1; HAProxy appends the load's real address, which is
+    trusted), so a load run elsewhere is counted as one address, as it should be."""
+    return f"10.77.{index // 250}.{index % 250 + 1}"
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the users go, and what a direct chat sends (the app decides that itself)."""
@@ -142,6 +153,9 @@ class Target:
     top_p: Optional[float] = None
     # The app's login for every chat (qa-load --login); it reaches client processes on stdin.
     cookie: str = field(default="", repr=False)
+    # Each user from an address of its own (qa-load --own-addresses): the per-user limits
+    # without login count by address.
+    own_addresses: bool = False
 
     def sampling(self) -> dict:
         """What a direct chat sends besides the messages, as the app would."""
@@ -154,7 +168,8 @@ async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int,
     """Check the target answers, then return a function that builds one user's chat."""
     if target.through == "app":
         await check_app(target.url, logged_in=bool(target.cookie))
-        return lambda index, tag: AppChat(target.url, index, tag, target.cookie)
+        return lambda index, tag: AppChat(target.url, index, tag, target.cookie,
+                                          user_address(index) if target.own_addresses else "")
     if target.through != "engine":
         raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
     cfg = BenchConfig(url=target.url, api_key=target.api_key)

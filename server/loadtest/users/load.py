@@ -76,6 +76,9 @@ def add_user_arguments(parser) -> None:
                        help="a chat that does not open, or a reply not whole, within this long "
                             "is an error (default 300)")
     users.add_argument("--seed", type=int, default=0, help="for the think times (default 0)")
+    users.add_argument("--own-addresses", action="store_true",
+                       help="each user from an address of its own (X-Forwarded-For, trusted from "
+                            "this machine only): per-user limits without login then count each apart")
     users.add_argument("--kill", type=kill_argument, action="append", default=[], metavar="PART@SECOND",
                        help="kill a part of the running stack at that second of the run, as a crash "
                             "would (repeatable): worker:N (app worker N), engine:N (copy N's engine "
@@ -98,7 +101,8 @@ def user_model(args, users: int) -> UserModel:
 
 def cmd_users(args, url: str, prompts: list[str], cookie: str = "") -> int:
     from server.loadtest.users import report as user_report
-    result = asyncio.run(run_user_load(Target("app", url.rstrip("/"), cookie=cookie), user_model(args, args.users),
+    target = Target("app", url.rstrip("/"), cookie=cookie, own_addresses=args.own_addresses)
+    result = asyncio.run(run_user_load(target, user_model(args, args.users),
                                        prompts, "qa-load", args.processes, args.kill))
     print(user_report.render(result))
     for path in user_report.save(result, results_folder(args.out),

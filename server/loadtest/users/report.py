@@ -48,7 +48,8 @@ def render(result: dict) -> str:
         f"{s['users']} users through the {result['through']} at {result['url']}: {turns}, think "
         f"{m['think_s']:g} s, arriving over {m['ramp_s']:g} s{window}; {s['wall_s']:.1f} s in all",
         f"  chats opened {s['opened']}/{s['users']}   messages {s['messages']}   complete replies "
-        f"{s['complete']}   lost {s['lost']}   crossed {crossed}   incomplete {s['incomplete']}   "
+        f"{s['complete']}   refused {s['refused']}   lost {s['lost']}   crossed {crossed}   "
+        f"incomplete {s['incomplete']}   "
         f"errors {s['errors']}",
         "  messages " + "   ".join(f"{kind} {n}" for kind, n in s["outcomes"].items()),
         f"  steady state ({fmt(st['from_s'])}-{fmt(st['to_s'])} s, {st['replies']} replies): "

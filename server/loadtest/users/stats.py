@@ -12,8 +12,11 @@ Definitions (times from the start of the run):
   a reply whose final text is not what was streamed; crossed: a message of one chat
   that reached another (``chat_socket.count_crossed``, app only);
 * outcomes: each message complete, continued (complete after its socket came back or
-  another worker carried the reply on), failed (the app said what went wrong) or lost
-  (no whole reply, and no word why) (``chat_socket.outcome_of``).
+  another worker carried the reply on), busy_waited (complete after the app said the
+  engine was busy), limited or busy_refused (the app answered that its user is over a
+  limit, or the engine too busy: answers, not failures; ``refused`` counts them), failed
+  (the app said what went wrong) or lost (no whole reply, and no word why)
+  (``chat_socket.outcome_of``).
 
 The steady state is the replies sent after every user has arrived (``ramp_s``)
 and before the send window closes; a run without a window uses all replies.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from server.loadtest.lib.chat_socket import OUTCOMES
+from server.loadtest.lib.chat_socket import OUTCOMES, REFUSALS
 from server.loadtest.users.model import ReplyRecord, UserRecord
 from server.plan.kv_planner import percentile
 
@@ -74,6 +77,7 @@ def summarize_users(users: list[UserRecord], replies: list[ReplyRecord], crossed
     """The whole run's accounting and verdict, and the steady state's figures."""
     replied = [r for r in replies if r.total_s is not None and not r.error]
     complete = [r for r in replied if r.complete]
+    refused = [r for r in replies if r.outcome in REFUSALS]  # answered, but not with a reply
     not_opened = [u for u in users if u.error]
     failed = [r for r in replies if r.error]
     reasons: dict[str, int] = {}
@@ -84,7 +88,8 @@ def summarize_users(users: list[UserRecord], replies: list[ReplyRecord], crossed
     summary = {
         "users": len(users), "opened": len(users) - len(not_opened),
         "messages": len(replies), "replied": len(replied), "complete": len(complete),
-        "lost": len(replies) - len(replied), "incomplete": len(replied) - len(complete),
+        "refused": len(refused), "lost": len(replies) - len(replied) - len(refused),
+        "incomplete": len(replied) - len(complete),
         "crossed": crossed, "errors": len(not_opened) + len(failed),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
         "outcomes": outcome_counts(replies),
