@@ -15,6 +15,7 @@ every worker agrees and a restart forgets nothing:
   revoke-sessions NAME``), that its user is still in ERNIE_USERS, and that their
   password has not changed since: a password login's token carries a keyed
   fingerprint of the stored secret (``fingerprint``), compared with the current one;
+  and that a password login's admin role (``ROLE_KEY``) still matches ERNIE_ADMINS;
 - ``/auth/jwt`` refuses to renew a token that fails those checks;
 - its lifetime is ERNIE_SESSION_LIFETIME_S.
 
@@ -46,6 +47,9 @@ from server.auth_store import AuthStore
 log = logging.getLogger(__name__)
 
 PROVIDER = "password"  # the metadata of a password login's token
+# A user's metadata["role"]: set by the login (ERNIE_ADMINS, or a sign-in provider's group)
+# and read by is_admin only.
+ROLE_KEY, ADMIN = "role", "admin"
 _PURPOSE = b"ernie-chat password fingerprint"
 
 
@@ -56,6 +60,11 @@ def fingerprint(auth_secret: str, stored_secret: str) -> str:
     return hmac.new(key, stored_secret.encode(), hashlib.sha256).hexdigest()[:32]
 
 
+def is_admin(user) -> bool:
+    """May this user (Chainlit's User or PersistedUser, or None) open the admin page?"""
+    return user is not None and (getattr(user, "metadata", None) or {}).get(ROLE_KEY) == ADMIN
+
+
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -63,15 +72,19 @@ def token_digest(token: str) -> str:
 class Sessions:
     """The checks, over the store, ERNIE_USERS and the secret that signs the tokens."""
 
-    def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str):
-        self.store, self.users, self.auth_secret = store, users, auth_secret
+    def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str,
+                 admins: frozenset[str] = frozenset()):
+        self.store, self.users, self.auth_secret, self.admins = store, users, auth_secret, admins
 
     def user_metadata(self, name: str) -> dict:
         """What a password login puts in its token.  The random id makes each login's token
         unique: two logins of one user in one second would otherwise get the same token,
         and a logout of the one would revoke the other."""
-        return {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
-                "login": secrets.token_hex(8)}
+        metadata = {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
+                    "login": secrets.token_hex(8)}
+        if name in self.admins:
+            metadata[ROLE_KEY] = ADMIN
+        return metadata
 
     def claims(self, token: Optional[str]) -> Optional[dict]:
         """The token's claims when Chainlit's own checks (signature, expiry) pass, else None."""
@@ -96,6 +109,8 @@ class Sessions:
                 return "no longer in ERNIE_USERS"
             if not hmac.compare_digest(str(metadata.get("key", "")), fingerprint(self.auth_secret, stored)):
                 return "password changed"
+            if (metadata.get(ROLE_KEY) == ADMIN) != (name in self.admins):
+                return "admin role changed in ERNIE_ADMINS"
         return None
 
     async def usable(self, token: Optional[str]) -> bool:

@@ -124,7 +124,7 @@ def install(settings: Settings) -> None:
     # Unset, Chainlit refuses to start right after this import (ensure_jwt_secret).
     secret = get_jwt_secret() or ""
     store = open_store(settings.chat_db, settings.auth_db)
-    sessions = Sessions(store, settings.user_passwords, secret)
+    sessions = Sessions(store, settings.user_passwords, secret, settings.admin_names)
     cookies = DeviceCookies(secret)
     policies = Policies.from_delays(settings.login_delay_base_s, settings.login_delay_max_s,
                                     settings.login_delay_half_life_s)
