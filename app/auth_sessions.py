@@ -15,6 +15,7 @@ every worker agrees and a restart forgets nothing:
   revoke-sessions NAME``), that its user is still in ERNIE_USERS, and that their
   password has not changed since: a password login's token carries a keyed
   fingerprint of the stored secret (``fingerprint``), compared with the current one;
+  and that a password login's admin role (``ROLE_KEY``) still matches ERNIE_ADMINS;
 - ``/auth/jwt`` refuses to renew a token that fails those checks;
 - its lifetime is ERNIE_SESSION_LIFETIME_S.
 
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 PROVIDER = "password"  # the metadata of a password login's token
 OIDC_PROVIDER = "oidc"  # the metadata of a sign-in through a provider (app/oidc.py)
+# A user's metadata["role"]: set by the login (ERNIE_ADMINS, or a sign-in provider's group)
+# and read by is_admin only.
+ROLE_KEY, ADMIN = "role", "admin"
 _PURPOSE = b"ernie-chat password fingerprint"
 
 
@@ -59,6 +63,11 @@ def fingerprint(auth_secret: str, stored_secret: str) -> str:
     return hmac.new(key, stored_secret.encode(), hashlib.sha256).hexdigest()[:32]
 
 
+def is_admin(user) -> bool:
+    """May this user (Chainlit's User or PersistedUser, or None) open the admin page?"""
+    return user is not None and (getattr(user, "metadata", None) or {}).get(ROLE_KEY) == ADMIN
+
+
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -67,24 +76,29 @@ class Sessions:
     """The checks, over the store, ERNIE_USERS and the secret that signs the tokens."""
 
     def __init__(self, store: AuthStore, users: dict[str, str], auth_secret: str,
-                 oidc_recheck_s: Optional[float] = None):
-        self.store, self.users, self.auth_secret = store, users, auth_secret
+                 oidc_recheck_s: Optional[float] = None, admins: frozenset[str] = frozenset()):
+        self.store, self.users, self.auth_secret, self.admins = store, users, auth_secret, admins
         self.oidc_recheck_s = oidc_recheck_s  # None: sign-in through a provider is off
 
     def user_metadata(self, name: str) -> dict:
         """What a password login puts in its token.  The random id makes each login's token
         unique: two logins of one user in one second would otherwise get the same token,
         and a logout of the one would revoke the other."""
-        return {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
-                "login": secrets.token_hex(8)}
+        metadata = {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
+                    "login": secrets.token_hex(8)}
+        if name in self.admins:
+            metadata[ROLE_KEY] = ADMIN
+        return metadata
 
     @staticmethod
-    def oidc_metadata(role: str) -> dict:
+    def oidc_metadata(admin: bool) -> dict:
         """What a sign-in through the provider puts in its token.  ``signed_in`` survives
         ``/auth/jwt`` renewals (they copy the metadata), so the provider is asked again in
         time however often the token is renewed."""
-        return {"provider": OIDC_PROVIDER, "role": role, "signed_in": int(time.time()),
-                "login": secrets.token_hex(8)}
+        metadata = {"provider": OIDC_PROVIDER, "signed_in": int(time.time()), "login": secrets.token_hex(8)}
+        if admin:
+            metadata[ROLE_KEY] = ADMIN
+        return metadata
 
     def claims(self, token: Optional[str]) -> Optional[dict]:
         """The token's claims when Chainlit's own checks (signature, expiry) pass, else None."""
@@ -109,6 +123,8 @@ class Sessions:
                 return "no longer in ERNIE_USERS"
             if not hmac.compare_digest(str(metadata.get("key", "")), fingerprint(self.auth_secret, stored)):
                 return "password changed"
+            if (metadata.get(ROLE_KEY) == ADMIN) != (name in self.admins):
+                return "admin role changed in ERNIE_ADMINS"
         if metadata.get("provider") == OIDC_PROVIDER:
             return self._oidc_refusal(name, metadata)
         return None
@@ -164,7 +180,8 @@ def start(settings: Settings) -> Sessions:
     # Unset, Chainlit refuses to start right after this import (ensure_jwt_secret).
     sessions = Sessions(open_store(settings.chat_db, settings.auth_db), settings.user_passwords,
                         get_jwt_secret() or "",
-                        settings.oidc_recheck_s if settings.oidc_issuer is not None else None)
+                        settings.oidc_recheck_s if settings.oidc_issuer is not None else None,
+                        settings.admin_names)
     install(sessions, settings.session_lifetime_s)
     return sessions
 

@@ -26,10 +26,10 @@ from chainlit.config import config as chainlit_config
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight, live_chats,
-                 live_view, login, metrics, oidc, origins, page_policy, regenerate, saved_chats,
-                 served_files, server_info, session_guard, session_tasks, token_count, upload_check,
-                 upload_limit)
+from app import (admin_page, auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight,
+                 live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
+                 saved_chats, served_files, server_info, session_guard, session_tasks, token_count,
+                 upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.busy import BusyGauge
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
@@ -47,7 +47,7 @@ from server.auth_store import open_store
 from server.demo_stamp import is_demo_model
 from server.engine_state import read_state
 from server.settings import auth_headers, load_settings
-from server.usage_log import append_usage
+from server.usage_log import append_error, append_usage
 
 SETTINGS = load_settings()
 # One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
@@ -63,6 +63,7 @@ HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, conne
                          limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s),
                          headers=auth_headers(SETTINGS.api_key_value))
 drain.install()
+admin_page.install(SETTINGS)
 live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
@@ -128,7 +129,16 @@ async def engine_model() -> tuple[str, int]:
     return server.model, server.window
 
 
-async def show_error(content: str) -> None:
+def login_name() -> Optional[str]:
+    """Who chats, for the usage log; None with login off."""
+    user = cl.user_session.get("user")
+    return user.identifier if user is not None else None
+
+
+async def show_error(content: str, kind: str) -> None:
+    """``kind``: the text's key, counted per day on the admin page and in the app's metrics."""
+    append_error(SETTINGS.usage_log, kind, login_name())
+    metrics.error_shown(kind)
     message = cl.ErrorMessage(content=content)
     message.metadata = {"kind": "error"}  # ErrorMessage takes no metadata argument
     await message.send()
@@ -142,13 +152,12 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
         kind = "interrupted"  # tokens had come, then the engine went and none came back in time
     elif kind == "unreachable" and engine_restarting():
         kind = "loading"  # the supervisor says vLLM is on its way back
-    metrics.error_shown(kind)
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     SERVER.forget()
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     await show_error(text(lang(), kind, url=SETTINGS.engine_base_url,
                           seconds=SETTINGS.request_timeout_s, model=SETTINGS.served_model_name,
-                          detail=detail[:300], wait=SETTINGS.continue_wait_s))
+                          detail=detail[:300], wait=SETTINGS.continue_wait_s), kind)
 
 
 def engine_restarting() -> bool:
@@ -267,7 +276,7 @@ async def on_settings_update(values: dict) -> None:
     try:
         params = apply(values, cl.user_session.get("params"), max_reply_budget())
     except BadSeed as exc:
-        await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED))
+        await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED), "bad_seed")
         return
     cl.user_session.set("params", params)
     cl.user_session.get("conversation").system_prompt = params.system_prompt
@@ -290,7 +299,7 @@ async def on_message(message: cl.Message) -> None:
     metrics.message_received()
     await regenerate.withdraw()
     if not message.content.strip() and not message.elements:
-        await show_error(text(lang(), "empty"))
+        await show_error(text(lang(), "empty"), "empty")
         return
     if message.content.strip() == STATUS_COMMAND:
         await show_status()
@@ -347,7 +356,7 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
                                              UPLOADS.max_files, PDF_LIMITS)
     if refused:
-        await show_error(refusal(lang(), refused))
+        await show_error(refusal(lang(), refused), "files_refused")
         return None
     for attachment in attached:
         if attachment.decoded_from_legacy:
@@ -383,8 +392,7 @@ async def _answer(message_id: str, user_text: str, too_long: str,
         model, max_len, fitted, resumed = await failover.when_engine_answers(
             prepared, SETTINGS.continue_wait_s, say_waiting, engine_restarting)
     except TooLong as exc:
-        metrics.error_shown(too_long)
-        await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit))
+        await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit), too_long)
         return
     except Exception as exc:
         await say_error(exc)
@@ -466,7 +474,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     metrics.reply_finished(stats)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
-                     stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps())
+                     stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
     await spend_tokens(stats)
     reply.content = batcher.text + FIGURES_MARK + line + "*"
     await reply.send()

@@ -240,7 +240,7 @@ def make_callback(rules: Rules, sessions: Sessions, provider_name: str):
                 callback.refused = verdict
             return None
         return cl.User(identifier=verdict.identifier, display_name=verdict.display_name,
-                       metadata=sessions.oidc_metadata("admin" if verdict.admin else "user"))
+                       metadata=sessions.oidc_metadata(verdict.admin))
     return on_oauth
 
 

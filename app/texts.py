@@ -151,6 +151,34 @@ TEXTS: dict[str, dict[str, str]] = {
         "when_min": "{n} min",
         "when_h": "{h} h {m} min",
         "when_unknown": "a short while",
+        # The admin page (app/admin_page.py)
+        "admin_title": "ernie-chat admin",
+        "admin_period": "The last {days} days, {first} to {last} (UTC). Other periods: ?days=N "
+                        "(1 to {max}); the same figures as JSON: {json}.",
+        "admin_day": "Day",
+        "admin_user": "User",
+        "admin_users": "Users",
+        "admin_chats": "Chats",
+        "admin_messages": "Messages",
+        "admin_replies": "Replies",
+        "admin_prompt_tokens": "Prompt tokens",
+        "admin_reply_tokens": "Reply tokens",
+        "admin_errors": "Errors",
+        "admin_errors_by_kind": "Errors by kind",
+        "admin_nothing": "No messages, replies or errors.",
+        "admin_busiest": "Busiest chats",
+        "admin_title_column": "Title",
+        "admin_last": "Last message (UTC)",
+        "admin_unknown_user": "(no name)",
+        "admin_no_chat_db": "Saved chats are off (ERNIE_CHAT_DB unset): chats and messages are not "
+                            "counted; replies, tokens and errors come from the usage log.",
+        "admin_no_login": "There is no admin page: login is off. Set ERNIE_USERS and ERNIE_ADMINS "
+                          "(or ERNIE_OIDC_ISSUER and ERNIE_OIDC_ADMIN_GROUP) to who may see it.",
+        "admin_login_first": "The admin page is for admins: log in first.",
+        "admin_login_link": "Log in",
+        "admin_not_admin": "Your login ({user}) is not an admin: the admin page is for those named in "
+                           "ERNIE_ADMINS or in the provider's ERNIE_OIDC_ADMIN_GROUP.",
+        "admin_bad_days": "days must be a whole number from 1 to {max}, not {value}.",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -256,6 +284,33 @@ TEXTS: dict[str, dict[str, str]] = {
         "when_min": " {n} 分钟",
         "when_h": " {h} 小时 {m} 分钟",
         "when_unknown": "一小会儿",
+        "admin_title": "ernie-chat 管理页",
+        "admin_period": "最近 {days} 天，{first} 至 {last}（UTC）。其他时段：?days=N（1 到 {max}）；"
+                        "同样的数据的 JSON 版：{json}。",
+        "admin_day": "日期",
+        "admin_user": "用户",
+        "admin_users": "用户数",
+        "admin_chats": "对话",
+        "admin_messages": "消息",
+        "admin_replies": "回复",
+        "admin_prompt_tokens": "提示 token",
+        "admin_reply_tokens": "回复 token",
+        "admin_errors": "错误",
+        "admin_errors_by_kind": "各类错误",
+        "admin_nothing": "没有消息、回复或错误。",
+        "admin_busiest": "最活跃的对话",
+        "admin_title_column": "标题",
+        "admin_last": "最后一条消息（UTC）",
+        "admin_unknown_user": "（无名称）",
+        "admin_no_chat_db": "未开启对话保存（未设置 ERNIE_CHAT_DB）：不统计对话和消息；"
+                            "回复、token 和错误来自用量日志。",
+        "admin_no_login": "没有管理页：登录未开启。请设置 ERNIE_USERS 和 ERNIE_ADMINS（或 ERNIE_OIDC_ISSUER 和 "
+                          "ERNIE_OIDC_ADMIN_GROUP）来指定可查看的人。",
+        "admin_login_first": "管理页仅供管理员使用：请先登录。",
+        "admin_login_link": "登录",
+        "admin_not_admin": "你的登录名（{user}）不是管理员：管理页仅供 ERNIE_ADMINS 或登录服务的 "
+                           "ERNIE_OIDC_ADMIN_GROUP 中的人使用。",
+        "admin_bad_days": "days 必须是 1 到 {max} 之间的整数，而不是 {value}。",
     },
 }
 

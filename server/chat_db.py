@@ -5,7 +5,8 @@ Its SQLAlchemy data layer writes into tables it does not create, and it only
 logs a warning when a write fails, so the tables are created (and checked) here
 before any worker starts: the documented schema lacks the ``autoCollapse``
 (and other newer StepDict) columns, and without them every step insert fails
-with only a warning (docs/notes.md, "Chainlit 2.12").
+with only a warning (docs/notes.md, "Chainlit 2.12").  Steps are indexed by time for
+the admin page's sums per day (app/admin_figures.py).
 
 SQLite is the embedded default: one file, one machine.  Several app workers (or
 machines) share a PostgreSQL database instead (``postgresql://user:pw@host/db``);
@@ -36,6 +37,7 @@ CREATE TABLE IF NOT EXISTS steps (
     "showInput" TEXT, "defaultOpen" BOOLEAN, "autoCollapse" BOOLEAN, "language" TEXT,
     "icon" TEXT, "indent" INT,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS steps_by_time ON steps ("createdAt");
 CREATE TABLE IF NOT EXISTS elements (
     "id" TEXT PRIMARY KEY, "threadId" TEXT, "type" TEXT, "url" TEXT, "chainlitKey" TEXT,
     "name" TEXT NOT NULL, "display" TEXT, "objectKey" TEXT, "size" TEXT, "page" INT,
@@ -66,6 +68,7 @@ CREATE TABLE IF NOT EXISTS steps (
     "showInput" TEXT, "language" TEXT, "indent" INT, "defaultOpen" BOOLEAN,
     "autoCollapse" BOOLEAN,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS steps_by_time ON steps ("createdAt");
 CREATE TABLE IF NOT EXISTS elements (
     "id" UUID PRIMARY KEY, "threadId" UUID, "type" TEXT, "url" TEXT, "chainlitKey" TEXT,
     "name" TEXT NOT NULL, "display" TEXT, "objectKey" TEXT, "size" TEXT, "page" INT,

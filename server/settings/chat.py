@@ -51,7 +51,9 @@ class ChatSettings(BaseModel):
     )
     usage_log: Path = Field(
         Path("data/usage.jsonl"),
-        description="Token counts of each chat request (no text), for `ernie-chat plan --from-usage`.",
+        description="Token counts of each chat request and the kind of each error the chat "
+        "showed (with the login name, never text), for `ernie-chat plan --from-usage` and the "
+        "admin page.",
     )
     live_chats_dir: Path = Field(
         Path("data/live-chats"),

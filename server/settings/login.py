@@ -27,12 +27,25 @@ def checked_user_pairs(value: Optional[SecretStr]) -> Optional[SecretStr]:
     return value
 
 
+def checked_names(value: Optional[str]) -> Optional[str]:
+    if value is None or not value.strip():
+        return None
+    if any(not name.strip() for name in value.split(",")):
+        raise ValueError("must be login names separated by commas, e.g. alice,bob (one is empty)")
+    return value
+
+
 class LoginSettings(BaseModel):
     users: Annotated[Optional[SecretStr], AfterValidator(checked_user_pairs)] = Field(
         None,
         description="Who may log in: name:secret pairs, comma-separated. The secret is best the "
         "bcrypt hash `ernie-chat hash-password` prints (alice:$2b$12$...; single-quote it in a "
         "shell); a plain password works but every start warns about it.",
+    )
+    admins: Annotated[Optional[str], AfterValidator(checked_names)] = Field(
+        None,
+        description="Who of ERNIE_USERS may open the admin page (/admin: users, chats, messages, "
+        "tokens and errors per day): login names, comma-separated. Unset: nobody.",
     )
     login_delay_base_s: float = Field(
         1.0, gt=0, description="Wait before the next login attempt once a key (a user from one address "
@@ -54,12 +67,20 @@ class LoginSettings(BaseModel):
         if self.chat_db is not None and not self.login_on:
             return ["ERNIE_CHAT_DB turns on saved chats, which need a login: set "
                     "ERNIE_USERS=name:password (comma-separated for several) or ERNIE_OIDC_ISSUER"]
+        if unknown := sorted(self.admin_names - set(self.user_passwords)):
+            return [f"ERNIE_ADMINS names {', '.join(unknown)}, not in ERNIE_USERS: an admin logs in "
+                    "with a password of ERNIE_USERS (one who signs in through the provider is an "
+                    "admin by ERNIE_OIDC_ADMIN_GROUP)"]
         return []
 
     @property
     def login_on(self) -> bool:
         """Passwords, a provider, or both."""
         return self.users is not None or self.oidc_issuer is not None
+
+    @property
+    def admin_names(self) -> frozenset[str]:
+        return frozenset(name.strip() for name in (self.admins or "").split(",") if name.strip())
 
     @property
     def user_passwords(self) -> dict[str, str]:
