@@ -73,12 +73,12 @@ def test_the_page_escapes_names_and_titles():
 def test_a_password_login_of_an_admin_carries_the_role_and_loses_it_with_ernie_admins(tmp_path):
     store = open_store(None, tmp_path / "auth.db")
     users = {"alice": "x", "bob": "y"}
-    before = Sessions(store, users, "secret", frozenset({"alice"}))
+    before = Sessions(store, users, "secret", admins=frozenset({"alice"}))
     alice, bob = before.user_metadata("alice"), before.user_metadata("bob")
     assert alice["role"] == "admin" and "role" not in bob
     claims = {"identifier": "alice", "iat": 1, "metadata": alice}
     assert asyncio.run(before.refusal("token", claims)) is None
-    after = Sessions(store, users, "secret", frozenset())
+    after = Sessions(store, users, "secret", admins=frozenset())
     assert asyncio.run(after.refusal("token", claims)) == "admin role changed in ERNIE_ADMINS"
     assert is_admin(type("U", (), {"metadata": alice})()) and not is_admin(None)
 
