@@ -125,6 +125,20 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_login": "Log in to the chat first, then reload this page.",
         "live_app_down": "The chat app does not answer.",
         "login_throttled": "Too many failed logins: try again in {seconds} s.",
+        # Shared chats (app/share_links.py, app/share_page.py)
+        "shared": "🔗 This chat is shared, read-only: {link}\n\nAnyone with the link can read it, "
+                  "and follow it as it goes on, but not write in it. `/unshare` takes the link "
+                  "back. For an audience: [the QR code on the live view]({live}).",
+        "unshared": "The link to this chat is taken back: it now answers \"not found\".",
+        "unshare_none": "This chat has no link to take back.",
+        "share_nothing": "Nothing to share yet: ask something first.",
+        "share_not_owner": "Only the user who started this chat can share it.",
+        "share_needs_db": "Sharing needs saved chats: ERNIE_CHAT_DB and ERNIE_USERS.",
+        "share_qr_alt": "QR code of this chat's link",
+        "share_page_note": "A shared chat, read-only. It follows the chat: this page reloads "
+                           "every {seconds} s.",
+        "share_not_found": "No shared chat here: the link is wrong, or it was taken back.",
+        "share_untitled": "Shared chat",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -213,6 +227,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_login": "请先登录聊天，然后刷新本页。",
         "live_app_down": "聊天应用没有响应。",
         "login_throttled": "登录失败次数过多：请在 {seconds} 秒后重试。",
+        "shared": "🔗 本对话已共享（只读）：{link}\n\n任何拿到链接的人都能阅读并实时跟随本对话，"
+                  "但不能发言。`/unshare` 可收回链接。面向观众：[实时面板上的二维码]({live})。",
+        "unshared": "本对话的链接已收回：现在访问会显示“未找到”。",
+        "unshare_none": "本对话没有可收回的链接。",
+        "share_nothing": "还没有可共享的内容：请先提问。",
+        "share_not_owner": "只有发起本对话的用户才能共享它。",
+        "share_needs_db": "共享需要保存对话：请设置 ERNIE_CHAT_DB 和 ERNIE_USERS。",
+        "share_qr_alt": "本对话链接的二维码",
+        "share_page_note": "共享的对话，只读。页面跟随对话，每 {seconds} 秒刷新一次。",
+        "share_not_found": "这里没有共享的对话：链接有误，或已被收回。",
+        "share_untitled": "共享的对话",
     },
 }
 
