@@ -24,7 +24,11 @@ from app.history import Conversation
 from app.saved_chats import data_layer
 from app.share_page import POLICY, not_found_html, page_html
 from server import chat_db
+from server.settings import load_settings
+from server.stack.processes import free_port
+from tests import postgres
 from tests.conftest import start_app
+from tests.test_settings import error_for
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, browser, log_in, page_factory, send)
 from tests.test_chat_features import finished_replies
@@ -34,6 +38,15 @@ XSS = ("**bold** <script>window.pwned = 1</script> <img src=x onerror=\"window.p
        "[click](javascript:window.pwned=1)")
 LINK = re.compile(r"https?://[^\s)]+/shared/[A-Za-z0-9_-]{43}")
 PAGE_SHOT, QR_SHOT = Path("/tmp/share-page.png"), Path("/tmp/share-qr.png")
+
+
+def command(page, line: str, answer: str):
+    """Send a chat command and wait for its answer and for the chat to take input again."""
+    send(page, line)
+    message = page.locator(ASSISTANT).filter(has_text=answer).last
+    message.wait_for(timeout=30_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=30_000)
+    return message
 
 
 def decoded(png: Path) -> str:
@@ -74,48 +87,69 @@ def test_the_link_uses_the_public_url_else_the_owners_page_never_a_bad_origin():
     assert share.link("https://chat.example.com").startswith("https://chat.example.com/shared/")
 
 
+@pytest.mark.parametrize("value", ["chat.example.com", "https://chat.example.com/app", "https://*.example.com"])
+def test_a_public_url_must_be_an_origin(monkeypatch, value):
+    assert "ERNIE_PUBLIC_URL" in error_for(monkeypatch, "ERNIE_PUBLIC_URL", value)
+    assert "is not an origin" in error_for(monkeypatch, "ERNIE_PUBLIC_URL", value)
+
+
+def test_the_public_url_is_kept_as_browsers_write_origins(monkeypatch):
+    monkeypatch.setenv("ERNIE_PUBLIC_URL", "https://Chat.example.com:8443/")
+    assert load_settings().public_url == "https://chat.example.com:8443"
+
+
 def test_the_qr_code_decodes_to_the_link(tmp_path):
     link = "https://chat.example.com/shared/" + "A" * 43
     (tmp_path / "qr.png").write_bytes(share_qr.png(link))
     assert decoded(tmp_path / "qr.png") == link
 
 
-# --- the store, on a real SQLite chat database ------------------------------------
+# --- the store, on real chat databases: SQLite and PostgreSQL ------------------------
 
-def test_only_the_owner_shares_and_unshares_and_a_taken_back_token_finds_nothing(tmp_path):
+async def owner_only_scenario(target: str) -> None:
     from chainlit.user import User
 
-    async def scenario():
-        db = tmp_path / "chats.db"
-        chat_db.prepare_sqlite(db)
-        layer = data_layer(str(db))
-        alice = await layer.create_user(User(identifier="alice"))
-        thread = str(uuid.uuid4())
-        await layer.update_thread(thread, name="apricots", user_id=alice.id)
+    chat_db.prepare_db(target)
+    layer = data_layer(target)
+    alice = await layer.create_user(User(identifier="alice"))
+    thread = str(uuid.uuid4())
+    await layer.update_thread(thread, name="apricots", user_id=alice.id)
 
-        with pytest.raises(share_links.NotOwner):
-            await share_links.share(layer, thread, "bob", "http://x")
-        with pytest.raises(share_links.NotOwner):
-            await share_links.unshare(layer, thread, "bob")
-        with pytest.raises(share_links.NothingToShare):
-            await share_links.share(layer, str(uuid.uuid4()), "alice", "http://x")
-        with pytest.raises(share_links.NothingToShare):
-            await share_links.share(layer, None, "alice", "http://x")
+    with pytest.raises(share_links.NotOwner):
+        await share_links.share(layer, thread, "bob", "http://x")
+    with pytest.raises(share_links.NotOwner):
+        await share_links.unshare(layer, thread, "bob")
+    with pytest.raises(share_links.NothingToShare):
+        await share_links.share(layer, str(uuid.uuid4()), "alice", "http://x")
+    with pytest.raises(share_links.NothingToShare):
+        await share_links.share(layer, None, "alice", "http://x")
 
-        shared = await share_links.share(layer, thread, "alice", "http://x")
-        assert share_links.TOKEN.fullmatch(shared.token) and shared.owner == "alice"
-        assert await share_links.share(layer, thread, "alice", "http://y") == shared  # one link per chat
-        assert await share_links.find(layer, shared.token) == shared
-        assert await share_links.find(layer, "A" * 43) is None
-        assert await share_links.find(layer, "'; DROP TABLE shares; --") is None
-        assert await share_links.unshare(layer, thread, "alice") is True
-        assert await share_links.find(layer, shared.token) is None
-        assert await share_links.unshare(layer, thread, "alice") is False
-        again = await share_links.share(layer, thread, "alice", "http://x")
-        assert again.token != shared.token  # a new link: the old one stays dead
-        await layer.engine.dispose()
+    shared = await share_links.share(layer, thread, "alice", "http://x")
+    assert share_links.TOKEN.fullmatch(shared.token) and shared.owner == "alice"
+    assert shared.thread_id == thread
+    assert await share_links.share(layer, thread, "alice", "http://y") == shared  # one link per chat
+    assert await share_links.find(layer, shared.token) == shared
+    assert await share_links.find(layer, "A" * 43) is None
+    assert await share_links.find(layer, "'; DROP TABLE shares; --") is None
+    assert await share_links.unshare(layer, thread, "alice") is True
+    assert await share_links.find(layer, shared.token) is None
+    assert await share_links.unshare(layer, thread, "alice") is False
+    again = await share_links.share(layer, thread, "alice", "http://x")
+    assert again.token != shared.token  # a new link: the old one stays dead
+    await layer.engine.dispose()
 
-    asyncio.run(scenario())
+
+def test_only_the_owner_shares_and_unshares_and_a_taken_back_token_finds_nothing(tmp_path):
+    asyncio.run(owner_only_scenario(str(tmp_path / "chats.db")))
+
+
+@pytest.fixture(scope="module")
+def database():
+    yield from postgres.start(free_port())
+
+
+def test_sharing_works_the_same_on_postgresql(database):
+    asyncio.run(owner_only_scenario(database))
 
 
 # --- the whole path, in a real browser -----------------------------------------------
@@ -136,13 +170,14 @@ def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(
     log_in(owner, "alice", "wonderland")
     send(owner, XSS)
     finished_replies(owner, 1)
-    send(owner, "/share")
-    shared_message = owner.locator(ASSISTANT).filter(has_text="/unshare").last
-    shared_message.wait_for(timeout=30_000)
+    shared_message = command(owner, "/share", "/unshare")
     link = LINK.search(shared_message.inner_text()).group(0)
     assert link.startswith(sharing_app.app_url + "/shared/")
-    qr = shared_message.locator("img").first
+    qr = shared_message.locator('img[alt="qr.png"]')
     qr.wait_for(timeout=30_000)
+    qr.scroll_into_view_if_needed()
+    owner.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=qr.element_handle(),
+                            timeout=30_000)
     qr.screenshot(path=str(QR_SHOT))
     assert decoded(QR_SHOT) == link
 
@@ -162,8 +197,7 @@ def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(
     live.locator("#shared img").screenshot(path=str(QR_SHOT.with_name("share-qr-live.png")))
     assert decoded(QR_SHOT.with_name("share-qr-live.png")) == link
 
-    send(owner, "/unshare")
-    owner.locator(ASSISTANT).filter(has_text="taken back").last.wait_for(timeout=30_000)
+    command(owner, "/unshare", "taken back")
     gone = httpx.get(link, timeout=10)
     unknown = httpx.get(link[:-4] + "AAAA", timeout=10)
     assert gone.status_code == unknown.status_code == 404 and gone.text == unknown.text
@@ -177,19 +211,14 @@ def test_another_user_shares_only_their_own_chat(page_factory, sharing_app):
     log_in(alices, "alice", "wonderland")
     send(alices, "Alice's secret plan")
     finished_replies(alices, 1)
-    send(alices, "/share")
-    alices.locator(ASSISTANT).filter(has_text="/unshare").last.wait_for(timeout=30_000)
-    alice_link = LINK.search(alices.locator(ASSISTANT).filter(has_text="/unshare").last.inner_text()).group(0)
+    alice_link = LINK.search(command(alices, "/share", "/unshare").inner_text()).group(0)
 
     bobs = page_factory(sharing_app.app_url)
     log_in(bobs, "bob", "builder")
-    send(bobs, "/share")  # a chat with nothing in it yet
-    bobs.locator(ASSISTANT).filter(has_text="Nothing to share").last.wait_for(timeout=30_000)
+    command(bobs, "/share", "Nothing to share")  # a chat with nothing in it yet
     send(bobs, "Bob's own question")
     finished_replies(bobs, 1)
-    send(bobs, "/share")
-    bobs.locator(ASSISTANT).filter(has_text="/unshare").last.wait_for(timeout=30_000)
-    bob_link = LINK.search(bobs.locator(ASSISTANT).filter(has_text="/unshare").last.inner_text()).group(0)
+    bob_link = LINK.search(command(bobs, "/share", "/unshare").inner_text()).group(0)
     assert bob_link != alice_link
     bob_page = httpx.get(bob_link, timeout=10).text
     assert "own question" in bob_page and "secret plan" not in bob_page
