@@ -23,13 +23,14 @@ from typing import Optional
 import chainlit as cl
 import httpx
 from chainlit.config import config as chainlit_config
+from chainlit.data import get_data_layer
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app import (admin_page, auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight,
                  live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
-                 saved_chats, served_files, server_info, session_guard, session_tasks, token_count,
-                 upload_check, upload_limit)
+                 saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
+                 share_page, share_qr, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.busy import BusyGauge
 from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
@@ -64,13 +65,14 @@ HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, conne
                          headers=auth_headers(SETTINGS.api_key_value))
 drain.install()
 admin_page.install(SETTINGS)
-live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value)
+live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value, SETTINGS.public_url)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
+SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
 # Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
 # only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
 CHAINLIT_STOP_MESSAGE = "Task manually stopped."
@@ -307,6 +309,9 @@ async def on_message(message: cl.Message) -> None:
     if message.content.strip() == EXPORT_COMMAND:
         await send_export()
         return
+    if message.content.strip() in (SHARE_COMMAND, UNSHARE_COMMAND):
+        await share_chat(message.content.strip() == SHARE_COMMAND)
+        return
     if not await admitted():
         return
     message.content = clean_text(message.content)
@@ -509,6 +514,35 @@ async def send_export() -> None:
     await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
 
 
+async def share_chat(on: bool) -> None:
+    """``/share``: a read-only link to this chat, with its QR code; ``/unshare`` takes it back."""
+    layer = get_data_layer() if SETTINGS.chat_db is not None else None
+    user = cl.context.session.user
+    if layer is None or user is None:
+        await notice(text(lang(), "share_needs_db"))
+        return
+    thread_id = cl.context.session.thread_id
+    try:
+        if not on:
+            await notice(text(lang(), "unshared" if await share_links.unshare(layer, thread_id, user.identifier)
+                              else "unshare_none"))
+            return
+        origin = share_links.origin_for(SETTINGS.public_url,
+                                        (cl.context.session.environ or {}).get("HTTP_ORIGIN"),
+                                        SETTINGS.app_url)
+        share = await share_links.share(layer, thread_id, user.identifier, origin)
+    except share_links.NothingToShare:
+        await notice(text(lang(), "share_nothing"))
+        return
+    except share_links.NotOwner:
+        await show_error(text(lang(), "share_not_owner"), "share_not_owner")
+        return
+    link = share.link(SETTINGS.public_url)
+    qr = cl.Image(name="qr.png", content=share_qr.png(link), display="inline", size="small")
+    await cl.Message(content=text(lang(), "shared", link=link, live=f"{live_view.PAGE}?shared={share.token}"),
+                     elements=[qr], metadata={"kind": "share"}).send()
+
+
 @cl.on_stop
 async def on_stop() -> None:
     # Stop reaches the reply whatever started it: a message, an edit (which Chainlit does
@@ -547,6 +581,7 @@ if SETTINGS.login_on:
 if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db))
+    share_page.install(SETTINGS.public_url, SETTINGS.served_model_name, FIGURES_MARK)
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:

@@ -3,18 +3,18 @@
 The page (app/public/live.html and live.js, no outside files: nothing outside is
 reachable on our machines) draws on canvases itself.  The data come from vLLM's
 /metrics (where the server has them) and from the app's own recent replies
-(``app/live_stats.LIVE``).  With login on, the data need the chat's login cookie;
+(``app/live_stats.LIVE``).  ``/live?shared=<token>`` also shows a shared chat's
+QR code (app/share_links.py), for the audience to follow it on their phones.  With login on, the data need the chat's login cookie;
 the page itself holds nothing and says so when it gets no data.
 
-Chainlit's catch-all ``GET /{full_path:path}`` is registered before this module
-runs, so new GET routes would never be reached: ``install`` moves it back to the
-end (docs/notes.md, "Chainlit 2.12").
+New GET routes go before Chainlit's catch-all (app/own_routes.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from html import escape
 from pathlib import Path
 from typing import Optional
 
@@ -22,7 +22,9 @@ import httpx
 from fastapi import Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from app import share_links
 from app.live_stats import LIVE
+from app.own_routes import catch_all_last
 from app.server_info import read_metrics
 from app.texts import lang_of, text
 from server.settings import auth_headers
@@ -35,13 +37,24 @@ LABELS = ("title", "tokens", "requests", "kv", "chats", "ttft", "no_metrics", "e
           "login", "app_down")
 
 
-def page_html(lang: str) -> str:
+def shared_block(lang: str, share: Optional[share_links.Share], public_url: str) -> str:
+    """A shared chat's QR code and link in the header (``/live?shared=<token>``), for an
+    audience to scan; nothing for a token that shares nothing."""
+    if share is None:
+        return ""
+    link = escape(share.link(public_url))
+    return (f'<figure id="shared"><img src="{share_links.qr_path(share.token)}" '
+            f'alt="{escape(text(lang, "share_qr_alt"))}"><figcaption>{link}</figcaption></figure>')
+
+
+def page_html(lang: str, shared: str = "") -> str:
     config = {"lang": lang, "data": DATA, "texts": {k: text(lang, f"live_{k}") for k in LABELS}}
     # JSON inside <script>: "</" must not end the element.
     blob = json.dumps(config, ensure_ascii=False).replace("</", "<\\/")
     return ((PUBLIC / "live.html").read_text(encoding="utf-8")
             .replace("__LANG__", "zh-CN" if lang == "zh" else "en")
             .replace("__TITLE__", text(lang, "live_title"))
+            .replace("__SHARED__", shared)
             .replace("__CONFIG__", blob).replace("__SCRIPT__", SCRIPT))
 
 
@@ -51,32 +64,21 @@ def connected_chats() -> int:
     return len(sio.eio.sockets)
 
 
-def _holds_catch_all(route) -> bool:
-    if getattr(route, "path", "").endswith("/{full_path:path}"):  # FastAPI that flattens routers
-        return True
-    inner = getattr(route, "original_router", None)  # FastAPI 0.16x keeps the included router
-    return inner is not None and any(getattr(r, "path", "").endswith("/{full_path:path}")
-                                     for r in inner.routes)
-
-
-def _catch_all_last(app) -> None:
-    tail = [route for route in app.router.routes if _holds_catch_all(route)]
-    for route in tail:
-        app.router.routes.remove(route)
-    app.router.routes.extend(tail)
-
-
-def install(engine_url: str, api_key: Optional[str]) -> None:
+def install(engine_url: str, api_key: Optional[str], public_url: str) -> None:
     """Add the live view's routes to Chainlit's server; call at import time of the app."""
     from chainlit.auth import get_current_user
+    from chainlit.data import get_data_layer
     from chainlit.server import app
 
     # Its own client: a hung engine must cost a poll seconds, not the chat's minute.
     http = httpx.AsyncClient(timeout=3, headers=auth_headers(api_key))
 
     @app.get(PAGE, include_in_schema=False)
-    async def live_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(page_html(lang_of(request.headers.get("accept-language"))),
+    async def live_page(request: Request, shared: str = "") -> HTMLResponse:
+        lang = lang_of(request.headers.get("accept-language"))
+        layer = get_data_layer() if shared else None  # shares need saved chats
+        share = layer and await share_links.find(layer, shared)
+        return HTMLResponse(page_html(lang, shared_block(lang, share, public_url)),
                             headers={"cache-control": "no-store"})
 
     @app.get(SCRIPT, include_in_schema=False)
@@ -95,4 +97,4 @@ def install(engine_url: str, api_key: Optional[str]) -> None:
         return JSONResponse({**figures, "server": engine_url, "engine_up": engine_up},
                             headers={"cache-control": "no-store"})
 
-    _catch_all_last(app)
+    catch_all_last(app)

@@ -179,6 +179,20 @@ TEXTS: dict[str, dict[str, str]] = {
         "admin_not_admin": "Your login ({user}) is not an admin: the admin page is for those named in "
                            "ERNIE_ADMINS or in the provider's ERNIE_OIDC_ADMIN_GROUP.",
         "admin_bad_days": "days must be a whole number from 1 to {max}, not {value}.",
+        # Shared chats (app/share_links.py, app/share_page.py)
+        "shared": "🔗 This chat is shared, read-only: {link}\n\nAnyone with the link can read it, "
+                  "and follow it as it goes on, but not write in it. `/unshare` takes the link "
+                  "back. For an audience: [the QR code on the live view]({live}).",
+        "unshared": "The link to this chat is taken back: it now answers \"not found\".",
+        "unshare_none": "This chat has no link to take back.",
+        "share_nothing": "Nothing to share yet: ask something first.",
+        "share_not_owner": "Only the user who started this chat can share it.",
+        "share_needs_db": "Sharing needs saved chats: ERNIE_CHAT_DB and ERNIE_USERS.",
+        "share_qr_alt": "QR code of this chat's link",
+        "share_page_note": "A shared chat, read-only. It follows the chat: this page reloads "
+                           "every {seconds} s.",
+        "share_not_found": "No shared chat here: the link is wrong, or it was taken back.",
+        "share_untitled": "Shared chat",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -311,6 +325,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "admin_not_admin": "你的登录名（{user}）不是管理员：管理页仅供 ERNIE_ADMINS 或登录服务的 "
                            "ERNIE_OIDC_ADMIN_GROUP 中的人使用。",
         "admin_bad_days": "days 必须是 1 到 {max} 之间的整数，而不是 {value}。",
+        "shared": "🔗 本对话已共享（只读）：{link}\n\n任何拿到链接的人都能阅读并实时跟随本对话，"
+                  "但不能发言。`/unshare` 可收回链接。面向观众：[实时面板上的二维码]({live})。",
+        "unshared": "本对话的链接已收回：现在访问会显示“未找到”。",
+        "unshare_none": "本对话没有可收回的链接。",
+        "share_nothing": "还没有可共享的内容：请先提问。",
+        "share_not_owner": "只有发起本对话的用户才能共享它。",
+        "share_needs_db": "共享需要保存对话：请设置 ERNIE_CHAT_DB 和 ERNIE_USERS。",
+        "share_qr_alt": "本对话链接的二维码",
+        "share_page_note": "共享的对话，只读。页面跟随对话，每 {seconds} 秒刷新一次。",
+        "share_not_found": "这里没有共享的对话：链接有误，或已被收回。",
+        "share_untitled": "共享的对话",
     },
 }
 

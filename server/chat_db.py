@@ -11,6 +11,8 @@ the admin page's sums per day (app/admin_figures.py).
 SQLite is the embedded default: one file, one machine.  Several app workers (or
 machines) share a PostgreSQL database instead (``postgresql://user:pw@host/db``);
 SQLite takes concurrent writers only one at a time.
+
+One table is the app's own: ``shares``, the read-only links to chats (app/share_links.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ CREATE TABLE IF NOT EXISTS feedbacks (
     "id" TEXT PRIMARY KEY, "forId" TEXT NOT NULL, "threadId" TEXT NOT NULL, "value" INT NOT NULL,
     "comment" TEXT,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS shares (
+    "token" TEXT PRIMARY KEY, "threadId" TEXT NOT NULL UNIQUE, "userIdentifier" TEXT NOT NULL,
+    "origin" TEXT NOT NULL, "createdAt" TEXT,
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
 """
 
 
@@ -78,6 +84,10 @@ CREATE TABLE IF NOT EXISTS elements (
 CREATE TABLE IF NOT EXISTS feedbacks (
     "id" UUID PRIMARY KEY, "forId" UUID NOT NULL, "threadId" UUID NOT NULL, "value" INT NOT NULL,
     "comment" TEXT,
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS shares (
+    "token" TEXT PRIMARY KEY, "threadId" UUID NOT NULL UNIQUE, "userIdentifier" TEXT NOT NULL,
+    "origin" TEXT NOT NULL, "createdAt" TEXT,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
 """
 SCHEMA_LOCK = 0x45524E49  # any fixed number: the advisory lock the schema is created under

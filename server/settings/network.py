@@ -28,6 +28,15 @@ def checked_origins(value: str) -> str:
     return ",".join(found)
 
 
+def checked_public_url(value: str) -> str:
+    """The chat's own origin as others reach it, in lower case; empty when unset."""
+    url = value.strip().rstrip("/").lower()
+    if url and not ORIGIN.fullmatch(url):
+        raise ValueError(f"{value!r} is not an origin: write it as scheme://host or "
+                         "scheme://host:port, without a path (e.g. https://chat.example.com)")
+    return url
+
+
 def is_loopback(host: str) -> bool:
     """Whether only this machine reaches ``host``; the wildcards 0.0.0.0 and :: are not."""
     try:
@@ -59,6 +68,11 @@ class NetworkSettings(BaseModel):
     allowed_origins: Annotated[str, AfterValidator(checked_origins)] = Field(
         "", description="Other web origins (scheme://host:port, comma-separated) whose pages may use "
         "the chat with the user's cookies (CORS, its socket). Empty: only the chat's own origin.")
+    public_url: Annotated[str, AfterValidator(checked_public_url)] = Field(
+        "", description="The chat's address as its users reach it (scheme://host:port, e.g. "
+        "https://chat.example.com), used in shared chats' links and QR codes (empty: the address "
+        "the sharing user's browser shows) and by sign-in through a provider, which sends users "
+        "back to <it>/auth/oauth/<ERNIE_OIDC_NAME>/callback (required with ERNIE_OIDC_ISSUER).")
 
     def problems(self) -> list[str]:
         if app_exposed(self) and not self.login_on and not self.open_chat:

@@ -44,10 +44,6 @@ class OidcSettings(BaseModel):
     oidc_name: Annotated[str, AfterValidator(checked_name)] = Field(
         "SSO", description="The provider's name on the login page's button (\"Continue with "
         "<name>\") and in the callback URL <public URL>/auth/oauth/<name>/callback.")
-    public_url: Annotated[Optional[str], AfterValidator(checked_url)] = Field(
-        None, description="The chat's address as browsers reach it (e.g. https://chat.example.com); "
-        "the provider sends users back to <it>/auth/oauth/<ERNIE_OIDC_NAME>/callback, which must be "
-        "registered there. Required with ERNIE_OIDC_ISSUER.")
     oidc_scopes: str = Field("openid email profile", description="Scopes asked of the provider "
                              "(space-separated); some providers need one more for the groups claim.")
     oidc_user_claim: str = Field("email", description="The claim that names a user in the chat (their "
