@@ -30,9 +30,11 @@ from app import (auth_sessions, boot_cookie, drain, export, failover, files_dir,
                  login, oidc, origins, page_policy, regenerate, saved_chats, served_files,
                  server_info, session_guard, session_tasks, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
-from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
+from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, restored,
+                               sampling_extra)
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
+from app.math_text import DisplayStream, display_text
 from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
@@ -200,6 +202,12 @@ async def on_settings_update(values: dict) -> None:
     except BadSeed as exc:
         await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED))
         return
+    use_params(params)
+    if SETTINGS.chat_db is not None:
+        await saved_chats.save_settings(cl.context.session)
+
+
+def use_params(params: ChatParams) -> None:
     cl.user_session.set("params", params)
     cl.user_session.get("conversation").system_prompt = params.system_prompt
 
@@ -303,7 +311,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     # Saved as it streams, so another process can finish it (app/in_flight.py).
     keeper = in_flight.Keeper(reply, in_flight.marker_now(
         params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens))
-    batcher = TokenBatcher(keeper.send, text=so_far)
+    batcher = TokenBatcher(DisplayStream(keeper.send, so_far), text=so_far)
     stats = ec.ReplyStats(asked_at=cl.user_session.get("asked_at"))
     # vLLM's own fields go to vLLM only: another server may refuse a field it does not
     # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
@@ -345,7 +353,7 @@ async def stream_answer(conversation: Conversation, user_text: str, model: str,
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps())
-    reply.content = batcher.text + FIGURES_MARK + line + "*"
+    reply.content = display_text(batcher.text) + FIGURES_MARK + line + "*"
     await reply.send()
 
 
@@ -415,6 +423,10 @@ if SETTINGS.chat_db is not None:
                          if isinstance(thread.get("metadata"), dict) else None)
         start_session(saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
+        # Chainlit put the thread's saved panel values (metadata) in the session: the chat
+        # goes on with the settings it was made with, and the panel shows them.
+        if saved := cl.context.session.chat_settings:
+            use_params(restored(saved, cl.user_session.get("params"), max_reply_budget()))
         await send_panel()
         session_tasks.after_start(carry_on(thread))
         if moved_here():
