@@ -33,9 +33,11 @@ from app import (admin_page, auth_sessions, boot_cookie, drain, export, failover
                  share_page, share_qr, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.busy import BusyGauge
-from app.chat_settings import BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, sampling_extra
+from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, restored,
+                               sampling_extra)
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
 from app.live_stats import LIVE
+from app.math_text import DisplayStream, display_text
 from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
@@ -280,6 +282,12 @@ async def on_settings_update(values: dict) -> None:
     except BadSeed as exc:
         await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED), "bad_seed")
         return
+    use_params(params)
+    if SETTINGS.chat_db is not None:
+        await saved_chats.save_settings(cl.context.session)
+
+
+def use_params(params: ChatParams) -> None:
     cl.user_session.set("params", params)
     cl.user_session.get("conversation").system_prompt = params.system_prompt
     remember()
@@ -435,7 +443,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     keeper = in_flight.Keeper(reply, in_flight.marker_now(
         params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens),
         reply_store(), (message_id, user_text))
-    batcher = TokenBatcher(keeper.send, text=so_far)
+    batcher = TokenBatcher(DisplayStream(keeper.send, so_far), text=so_far)
     stats = ec.ReplyStats(asked_at=cl.user_session.get("asked_at"))
     # vLLM's own fields go to vLLM only: another server may refuse a field it does not
     # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
@@ -481,7 +489,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
     await spend_tokens(stats)
-    reply.content = batcher.text + FIGURES_MARK + line + "*"
+    reply.content = display_text(batcher.text) + FIGURES_MARK + line + "*"
     await reply.send()
 
 
@@ -590,6 +598,10 @@ if SETTINGS.chat_db is not None:
         metrics.chat_opened()
         start_session(saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
+        # Chainlit put the thread's saved panel values (metadata) in the session: the chat
+        # goes on with the settings it was made with, and the panel shows them.
+        if saved := cl.context.session.chat_settings:
+            use_params(restored(saved, cl.user_session.get("params"), max_reply_budget()))
         await send_panel()
         session_tasks.after_start(carry_on(thread))
         if moved_here():

@@ -84,6 +84,15 @@ def apply(values: dict, params: ChatParams, max_reply_tokens: int) -> ChatParams
     )
 
 
+def restored(saved: dict, params: ChatParams, max_reply_tokens: int) -> ChatParams:
+    """The params a saved chat was made with, from its panel's values (the thread's metadata,
+    ``chat_settings``); values that no longer apply leave the defaults."""
+    try:
+        return apply(saved, params, max_reply_tokens)
+    except (ValueError, TypeError):  # BadSeed is a ValueError
+        return params
+
+
 def sampling_extra(params: ChatParams, ignore_eos: bool) -> Optional[dict]:
     """Sampling fields beyond the client's arguments (extra_body): the seed (the OpenAI
     API's own) and ignore_eos (vLLM's, for load tests)."""

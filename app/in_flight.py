@@ -169,8 +169,9 @@ class Keeper:
     writes: int = 0
     write_s: float = 0.0  # what the writes cost, for the log line at the end
 
-    async def send(self, chunk: str) -> None:
-        await self.reply.stream_token(chunk)
+    async def send(self, text: str, whole: bool = False) -> None:
+        """Append ``text`` to the reply, or replace its text when ``whole`` (app/math_text)."""
+        await self.reply.stream_token(text, is_sequence=whole)
 
     @property
     def thread_id(self) -> str:

@@ -32,6 +32,15 @@ def data_layer(target: str):
     return layer
 
 
+async def save_settings(session) -> None:
+    """The panel's values into the thread's metadata now, not only when the page closes
+    (Chainlit's own save): a chat resumed after a crash still gets its settings."""
+    from chainlit.data import get_data_layer
+    if session.thread_id and session.has_first_interaction:
+        await get_data_layer().update_thread(session.thread_id,
+                                             metadata={"chat_settings": session.chat_settings})
+
+
 def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str) -> Conversation:
     """Rebuild the model's history from saved steps: user messages and replies only.
 

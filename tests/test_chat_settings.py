@@ -1,10 +1,12 @@
-"""app/chat_settings.py: the seed a QA tester types in the settings panel."""
+"""app/chat_settings.py: the seed a QA tester types in the settings panel, and a saved chat's
+settings restored."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.chat_settings import MAX_SEED, BadSeed, ChatParams, apply, parse_seed, sampling_extra
+from app.chat_settings import (MAX_SEED, BadSeed, ChatParams, apply, parse_seed, restored,
+                               sampling_extra)
 
 PARAMS = ChatParams("sys", 0.7, 0.9, 256)
 
@@ -33,3 +35,13 @@ def test_the_request_carries_the_seed_and_ignore_eos():
     assert sampling_extra(PARAMS, ignore_eos=False) is None
     assert sampling_extra(ChatParams("", 0.7, 0.9, 256, seed=3), ignore_eos=True) == {
         "seed": 3, "ignore_eos": True}
+
+
+def test_a_saved_chat_gets_back_its_panel_values():
+    saved = {"system_prompt": "Be brief.", "temperature": 1.3, "top_p": 0.5, "max_tokens": 512, "seed": "7"}
+    assert restored(saved, PARAMS, 1024) == ChatParams("Be brief.", 1.3, 0.5, 512, 7)
+
+
+@pytest.mark.parametrize("saved", [{"seed": "abc"}, {"temperature": "warm"}, {"max_tokens": None}])
+def test_saved_values_that_no_longer_apply_leave_the_defaults(saved):
+    assert restored(saved, PARAMS, 1024) == PARAMS
