@@ -331,6 +331,16 @@ case $phase in
         --kill worker:1@15 --kill engine:1@25 --reply-timeout-s 240 --no-plots \
         --out /tmp/res/failover-saved/qa 2>&1 | grep -v "^\[qa-load\] *[0-9]* s " | tail -n 25
     up_stop ;;
+  limits)  # one user far over ERNIE_USER_MESSAGES_PER_MIN among 40 (benchmarks/limits/one_over_limit.py):
+            # the others' TTFT p50 alone and beside the heavy user, three rounds on one stack
+    up_start limits ERNIE_USER_MESSAGES_PER_MIN=10 || exit 1
+    for round in 1 2 3; do
+        (( $(left) > 120 )) || break
+        echo "--- round $round"
+        .venv/bin/python benchmarks/limits/one_over_limit.py --users 40 --turns 3 --think-s 5 \
+            --ramp-s 10 --out "/tmp/res/limits/round-$round" 2>&1 | tail -n 2
+    done
+    up_stop ;;
   failover-1copy)  # (see failover)
     up_start failover-1copy ERNIE_STREAM_INTERVAL=8 || exit 1
     cli qa-load --users 200 --turns 4 --think-s 3 --ramp-s 10 --processes 2 --kill engine:0@15 \
