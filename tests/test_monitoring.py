@@ -239,3 +239,12 @@ def test_prometheus_scrapes_the_apps_and_vllms_figures_and_the_dashboard_queries
                    "ernie_chat_chats_open", "ernie_chat_errors_total", "vllm:num_requests_running",
                    "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert wanted in names, wanted
+    # Drawn without Grafana (benchmarks/monitoring/dashboard_png.py): every panel, with data.
+    png = Path(up.settings.log_file).parent / "dashboard.png"
+    drawn = subprocess.run([sys.executable, "benchmarks/monitoring/dashboard_png.py", "--prometheus", prom.url,
+                            "--minutes", "3", "--out", str(png)], capture_output=True, text=True, timeout=120,
+                           cwd=Path(__file__).resolve().parent.parent)
+    assert drawn.returncode == 0, drawn.stderr
+    panels, series = (int(w) for w in drawn.stdout.split(": ")[1].split()[::2])
+    assert panels == len(dashboard["panels"]) and series >= 10, drawn.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
