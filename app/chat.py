@@ -331,9 +331,8 @@ async def on_message(message: cl.Message) -> None:
 def current_user() -> str:
     """Whom the limits count: the login name, else the client's address (uvicorn takes it from
     X-Forwarded-For only when the connection comes from the balancer, on 127.0.0.1)."""
-    user = cl.user_session.get("user")
     scope = (cl.context.session.environ or {}).get("asgi.scope") or {}
-    return user_key(user.identifier if user else None, (scope.get("client") or ("unknown",))[0])
+    return user_key(login_name(), (scope.get("client") or ("unknown",))[0])
 
 
 async def admitted() -> bool:
