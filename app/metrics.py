@@ -36,10 +36,12 @@ TOKENS_PER_S = Histogram(f"{PREFIX}_reply_tokens_per_second",
                          "A finished reply's decode speed: its tokens after the first over the time after "
                          "the first.", buckets=TOKENS_PER_S_BUCKETS)
 ERRORS = Counter(f"{PREFIX}_errors", "Errors the chat showed, by kind (app.engine_client.error_kind "
-                 "and the chat's own: too_long, too_long_files).", ["kind"])
+                 "and the chat's own: too_long, too_long_files, bad_seed, empty, files_refused ...).", ["kind"])
 LOGINS_FAILED = Counter(f"{PREFIX}_logins_failed", "Login attempts refused: a wrong name or password "
-                        "(password), or refused unchecked after too many failures (throttled).", ["reason"])
-LIMITS_HIT = Counter(f"{PREFIX}_limits_hit", "Requests a per-user limit refused, by limit.", ["limit"])
+                        "(password), refused unchecked after too many failures (throttled), or a provider sign-in "
+                        "outside the allowed groups or domains (provider_refused).", ["reason"])
+LIMITS_HIT = Counter(f"{PREFIX}_limits_hit", "Messages a limit refused: messages, tokens (per user) or busy "
+                    "(the engine's queue).", ["limit"])
 CONTINUED = Counter(f"{PREFIX}_replies_continued", "Replies that went on on another engine (or the "
                     "restarted one) after theirs stopped under them.")
 TAKEN_OVER = Counter(f"{PREFIX}_replies_taken_over", "Replies another app worker was writing, carried "
