@@ -16,6 +16,7 @@ import re
 import httpx
 import pytest
 
+from app.busy import MAX_AGE_S
 from server.loadtest.lib.chat_socket import BUSY_REFUSED, LIMITED
 from server.loadtest.users.chats import AppChat
 from tests.conftest import metric_async, start_app, start_balanced_app
@@ -113,6 +114,11 @@ async def engine_loaded(settings):
                 await asyncio.sleep(0.05)
             else:
                 pytest.fail("the load never made the engine queue requests")
+            # The app's gauge reads the queue at most every MAX_AGE_S: a reading of the short
+            # queue taken by the message just before may still be fresh for that long.
+            await asyncio.sleep(MAX_AGE_S + 0.1)
+            assert await metric_async(settings.engine_base_url, "vllm:num_requests_waiting") > 1, \
+                "the load no longer keeps requests waiting"
             yield
         finally:
             for task in load:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Optional
 
 from server.errors import ErnieChatError
+from server.paths import ROOT
 from server.stack.processes import ManagedProcess
 
 # Streams pause while a model thinks or a user reads; an idle stream is not a dead one.
@@ -282,6 +283,29 @@ def haproxy_path() -> str:
             "install haproxy; macOS: brew install haproxy), or set ERNIE_APP_WORKERS=1 and "
             "ERNIE_ENGINE_COPIES=1 to run without one.")
     return found
+
+
+def ensure_haproxy() -> str:
+    """HAProxy's path; as root on Debian or Ubuntu, installed with apt first where it is
+    missing (as ``./scripts/test`` installs what the tests run), so that ``./scripts/up`` on a
+    fresh box needs no step by hand.  Elsewhere the message says how."""
+    try:
+        return haproxy_path()
+    except BalancerMissing:
+        if os.geteuid() != 0 or not shutil.which("apt-get"):
+            raise
+    log = ROOT / ".cache" / "setup-packages.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print("[setup] installing Debian's haproxy: several app workers or engine copies need it as "
+          "their balancer", flush=True)
+    with log.open("w") as out:
+        done = subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install "
+                              "-y -qq haproxy", shell=True, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise BalancerMissing(f"Installing HAProxy with apt-get failed (its output: {log}). Install it "
+                              "by hand (sudo apt-get install haproxy), or set ERNIE_APP_WORKERS=1 and "
+                              "ERNIE_ENGINE_COPIES=1 to run without one.")
+    return haproxy_path()
 
 
 def key_env(api_key: Optional[str]) -> dict[str, str]:

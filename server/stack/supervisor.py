@@ -140,7 +140,7 @@ class Stack:
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
         if topology.needs_balancer:
             try:
-                balancer.haproxy_path()
+                balancer.ensure_haproxy()
             except balancer.BalancerMissing as exc:
                 problems.append(str(exc))
         for check, value in ((chat_db.prepare_db, s.chat_db), (oidc_discovery.discover, s.oidc_issuer)):
