@@ -72,6 +72,16 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def login_metadata(provider: str, admin: bool, **extra) -> dict:
+    """A token's metadata.  The random ``login`` makes each login's token unique: two logins
+    of one user in one second would otherwise get the same token, and a logout of the one
+    would revoke the other."""
+    metadata = {"provider": provider, **extra, "login": secrets.token_hex(8)}
+    if admin:
+        metadata[ROLE_KEY] = ADMIN
+    return metadata
+
+
 class Sessions:
     """The checks, over the store, ERNIE_USERS and the secret that signs the tokens."""
 
@@ -81,24 +91,16 @@ class Sessions:
         self.oidc_recheck_s = oidc_recheck_s  # None: sign-in through a provider is off
 
     def user_metadata(self, name: str) -> dict:
-        """What a password login puts in its token.  The random id makes each login's token
-        unique: two logins of one user in one second would otherwise get the same token,
-        and a logout of the one would revoke the other."""
-        metadata = {"provider": PROVIDER, "key": fingerprint(self.auth_secret, self.users[name]),
-                    "login": secrets.token_hex(8)}
-        if name in self.admins:
-            metadata[ROLE_KEY] = ADMIN
-        return metadata
+        """What a password login puts in its token."""
+        return login_metadata(PROVIDER, name in self.admins,
+                              key=fingerprint(self.auth_secret, self.users[name]))
 
     @staticmethod
     def oidc_metadata(admin: bool) -> dict:
         """What a sign-in through the provider puts in its token.  ``signed_in`` survives
         ``/auth/jwt`` renewals (they copy the metadata), so the provider is asked again in
         time however often the token is renewed."""
-        metadata = {"provider": OIDC_PROVIDER, "signed_in": int(time.time()), "login": secrets.token_hex(8)}
-        if admin:
-            metadata[ROLE_KEY] = ADMIN
-        return metadata
+        return login_metadata(OIDC_PROVIDER, admin, signed_in=int(time.time()))
 
     def claims(self, token: Optional[str]) -> Optional[dict]:
         """The token's claims when Chainlit's own checks (signature, expiry) pass, else None."""

@@ -471,14 +471,14 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         if batcher.text:
             await reply.send()
         await notice(text(lang(), "stopped"))
-        await spend_tokens(stats)
         raise
     except Exception as exc:
         if batcher.text:
             await reply.send()
         await say_error(exc, mid_reply=stats.first_token_at is not None)
-        await spend_tokens(stats)
         return
+    finally:  # a stopped or broken reply's tokens count too, as far as the engine counted them
+        await spend_tokens(stats)
     line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     cl.user_session.get("budget").sent(stats.prompt_tokens)
@@ -487,14 +487,12 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
-    await spend_tokens(stats)
     reply.content = display_text(batcher.text) + FIGURES_MARK + line + "*"
     await reply.send()
 
 
 async def spend_tokens(stats: ec.ReplyStats) -> None:
-    """A reply's tokens, as its figures line counts them (prompt plus reply), on its user's
-    day; a stopped or broken reply's too, as far as the engine counted them."""
+    """A reply's tokens, as its figures line counts them (prompt plus reply), on its user's day."""
     if LIMITS is not None and stats.prompt_tokens is not None:
         await LIMITS.spend_tokens(current_user(), stats.prompt_tokens + (stats.completion_tokens or 0))
 
