@@ -21,6 +21,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     from server.passwords import plain_warning
     from server.stack import supervisor
     settings = load_settings()
+    if settings.models:
+        from server.errors import BadInput
+        raise BadInput("ERNIE_MODELS is planned by `ernie-chat plan` but not served yet: unset it "
+                       "and set ERNIE_MODEL to the one model to serve.")
     if warning := plain_warning(settings.user_passwords):
         print(warning, file=sys.stderr)
     return supervisor.run(settings)
@@ -181,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="KV-cache plan for a model on a device. Defaults come "
                           "from the settings (ERNIE_*); flags override them.")
     plan.add_argument("--model", help="local folder or hub id (baidu/ERNIE-4.5-0.3B-PT works offline)")
+    plan.add_argument("--models", metavar="LIST", help="several models on one GPU, "
+                      "name[:max_model_len[:share]] comma-separated (default ERNIE_MODELS)")
     plan.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
     plan.add_argument("--gpu-memory-gib", type=float, help="plan for a GPU of this size (no GPU needed)")
     plan.add_argument("--gpu-memory-utilization", type=float)

@@ -64,12 +64,17 @@ def kv_pool_bytes(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory
     """The KV pool these settings give on this device, and the GPU overhead assumed."""
     if settings.kv_cache_gib is not None or memory.kind == "cpu":
         return int(settings.cpu_kv_cache_gib * GIB), None
-    overhead = kp.gpu_overhead(
+    overhead = gpu_overhead_for(settings, shape)
+    return kp.gpu_kv_pool_bytes(memory.total_bytes, settings.gpu_memory_utilization, overhead), overhead
+
+
+def gpu_overhead_for(settings: Settings, shape: kp.ModelShape) -> kp.GpuOverhead:
+    """What comes off a GPU share before the KV pool, with these settings' batch and eager flags."""
+    return kp.gpu_overhead(
         shape, enforce_eager=settings.enforce_eager,
         max_num_batched_tokens=settings.max_num_batched_tokens or kp.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         max_num_seqs=settings.max_num_seqs or kp.DEFAULT_MAX_NUM_SEQS,
         tensor_parallel_size=settings.tensor_parallel_size)
-    return kp.gpu_kv_pool_bytes(memory.total_bytes, settings.gpu_memory_utilization, overhead), overhead
 
 
 def plan_for(settings: Settings, shape: kp.ModelShape, memory: DeviceMemory) -> kp.Plan:

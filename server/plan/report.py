@@ -14,10 +14,11 @@ from typing import Optional
 
 from server.errors import BadInput
 from server.plan import kv_planner as kp
-from server.plan import preflight
+from server.plan import models, preflight
 from server.plan.device import DeviceMemory, read_memory, resolve_device
 from server.plan.model_config import load_shape
 from server.settings import Settings
+from server.settings.model_list import parse_models
 
 GIB = kp.GIB
 WINDOWS = [2048, 4096, 8192, 32768, 131072]
@@ -32,7 +33,9 @@ def device_memory(args: argparse.Namespace, settings: Settings) -> DeviceMemory:
     return read_memory(device)
 
 
-def build(args: argparse.Namespace, settings: Settings) -> dict:
+def with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
+    """The settings with the command's flags in their place; --model alone plans one model."""
+    models = args.models if args.models is not None else "" if args.model else None
     overrides = {k: v for k, v in {
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_gib": args.kv_cache_gib,
@@ -41,10 +44,19 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": args.enforce_eager or None,
+        "engine_copies": args.engine_copies,
+        "models": models,
     }.items() if v is not None}
-    copies = args.engine_copies or settings.engine_copies
+    return settings.model_copy(update=overrides)
+
+
+def build(args: argparse.Namespace, settings: Settings) -> dict:
+    settings = with_flags(args, settings)
+    if settings.models:
+        return build_models(args, settings)
+    copies = settings.engine_copies
     # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
-    settings = preflight.per_copy_settings(settings.model_copy(update=overrides), copies)
+    settings = preflight.per_copy_settings(settings, copies)
     shape, source = load_shape(args.model or settings.model)
     memory = device_memory(args, settings)
     plan = preflight.plan_for(settings, shape, memory)
@@ -81,6 +93,62 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
     if args.concurrency:
         result["reverse"] = reverse(args, settings, shape, memory, plan)
     return result
+
+
+# Questions about one model's pool; with several models ask them of each model alone (--model).
+SINGLE_MODEL_FLAGS = {"concurrency": "--concurrency", "users_per_copy": "--users-per-copy",
+                      "from_usage": "--from-usage"}
+
+
+def build_models(args: argparse.Namespace, settings: Settings) -> dict:
+    """The plan of several models on one GPU (ERNIE_MODELS or --models): server/plan/models.py."""
+    if used := [flag for name, flag in SINGLE_MODEL_FLAGS.items() if getattr(args, name) is not None]:
+        raise BadInput(f"{', '.join(used)} plan one model; with several models run it for one of "
+                       "them: plan --model NAME --gpu-memory-utilization SHARE --max-model-len N.")
+    try:
+        entries = parse_models(settings.models)
+    except ValueError as exc:
+        raise BadInput(f"ERNIE_MODELS (or --models) is not valid: {exc}") from None
+    memory = device_memory(args, settings)
+    planned = models.plan_models(settings, [(entry, load_shape(entry.name)[0]) for entry in entries],
+                                 memory)
+    return {
+        "device": {"kind": memory.kind, "name": memory.name, "total_bytes": memory.total_bytes,
+                   "free_bytes": memory.free_bytes, "others": list(memory.others)},
+        "gpu_memory_utilization": planned.utilization, "kv_cache_dtype": settings.kv_cache_dtype,
+        "share_total": planned.share_total,
+        "models": [{"model": m.need.name, "share": m.share, "share_given": m.share_given,
+                    "weights_bytes": m.need.shape.weights, **m.plan.as_dict()}
+                   for m in planned.models],
+        "problems": list(planned.problems),
+    }
+
+
+def render_models(r: dict) -> str:
+    gib = lambda b: f"{b / GIB:.2f}"
+    d = r["device"]
+    lines = [
+        f"Device   {d['kind']}: {d['name']}, {gib(d['total_bytes'])} GiB total, {gib(d['free_bytes'])} "
+        f"GiB free; utilization {r['gpu_memory_utilization']} for all models, shares add up to "
+        f"{r['share_total']:.4g}; kv dtype {r['kv_cache_dtype']}",
+        "",
+        f"  {'model':<32}{'share':>8}{'GiB':>8}{'weights':>9}{'other':>7}{'KV pool':>9}"
+        f"{'KV tokens':>12}{'max-model-len':>15}{'requests':>10}",
+    ]
+    for m in r["models"]:
+        o = m["overhead"]
+        share = f"{m['share']:.4f}" + ("" if m["share_given"] else "*")
+        lines.append(
+            f"  {m['model'][-32:]:<32}{share:>8}{gib(m['share'] * d['total_bytes']):>8}"
+            f"{gib(o['weights']):>9}{gib(o['total'] - o['weights']):>7}{gib(m['kv_pool_bytes']):>9}"
+            f"{m['kv_pool_tokens']:>12,}{m['max_model_len']:>15,}{m['max_concurrency']:>10.1f}")
+    lines += ["", "GiB: the share of the GPU's total memory; other: activations, non-torch memory and "
+              "CUDA graphs; requests: full-length requests at once.",
+              "* share computed: the rest of the utilization, split so that these models hold as "
+              "many full-length requests each."]
+    if r["problems"]:
+        lines += ["", "This set of models does not fit:"] + [f"  - {p}" for p in r["problems"]]
+    return "\n".join(lines)
 
 
 def users_in_all(users_per_copy: int, copies: int) -> int:
@@ -178,6 +246,9 @@ def usage_report(path: Path, block_size: int, reply_room: Optional[int]) -> dict
 
 def print_plan(args: argparse.Namespace, settings: Settings) -> int:
     result = build(args, settings)
+    if "models" in result:  # several models: refused (exit 1) when they do not fit
+        print(json.dumps(result, indent=2) if args.json else render_models(result))
+        return 1 if result["problems"] else 0
     if args.from_usage is not None:
         path = Path(args.from_usage) if args.from_usage else settings.usage_log
         result["from_usage"] = usage_report(path, result["block_size"], args.reply_room)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
+
+from server.settings.model_list import ModelEntry, checked_models, models_problems, parse_models
 
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
@@ -24,5 +27,21 @@ class ModelSettings(BaseModel):
         Path(".cache/demo-model"), description="Where the built-in demo model is built and kept."
     )
 
+    models: Annotated[str, AfterValidator(checked_models)] = Field(
+        "",
+        description="Several models on one GPU, comma-separated name[:max_model_len[:share]] "
+        "(e.g. baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768): each with its longest "
+        "request (default ERNIE_MAX_MODEL_LEN) and its share of the GPU's total memory (default: "
+        "the rest of ERNIE_GPU_MEMORY_UTILIZATION, split by what each needs). Unset: ERNIE_MODEL "
+        "alone. Planned by `ernie-chat plan`; `up` does not serve several models yet.",
+    )
+
+    @property
+    def model_entries(self) -> tuple[ModelEntry, ...]:
+        return parse_models(self.models)
+
     def problems(self) -> list[str]:
-        return []
+        if not self.models:
+            return []
+        return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
+                               self.engine_copies)

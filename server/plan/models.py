@@ -1,0 +1,179 @@
+"""Several models on one GPU (ERNIE_MODELS): each one's share of the memory, KV pool and concurrency.
+
+Each model is a vLLM of its own whose --gpu-memory-utilization is its share, so its pool is
+exactly the single-model plan at that share (:func:`preflight.plan_for`). The shares together
+stay within ERNIE_GPU_MEMORY_UTILIZATION. Shares not given split the rest by need: each such
+model first gets its overhead (weights, activation peak, non-torch memory, CUDA graphs), then
+the KV memory left goes in proportion to the KV bytes of one request at its max-model-len, so
+that every one of them holds the same number of full-length requests. Shares are rounded down
+to the 4 decimals a person would type, so they never add up to more than the utilization.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from server.errors import BadInput
+from server.plan import kv_planner as kp
+from server.plan import preflight
+from server.plan.device import DeviceMemory
+from server.settings import Settings
+from server.settings.model_list import ModelEntry, models_problems
+
+GIB = kp.GIB
+
+
+@dataclass(frozen=True)
+class ModelNeed:
+    """One model of the set with what it takes before and after its KV pool."""
+
+    name: str
+    max_model_len: int
+    share: Optional[float]       # as given; None: split by need
+    shape: kp.ModelShape
+    overhead: kp.GpuOverhead
+    request_bytes: int           # KV of one request of max_model_len, whole blocks
+    kv_cache_dtype: str
+
+    @property
+    def minimum_bytes(self) -> int:
+        """The least memory it starts with: its overhead and one full-length request."""
+        return self.overhead.total + self.request_bytes
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    need: ModelNeed
+    share: float
+    plan: kp.Plan
+
+    @property
+    def share_given(self) -> bool:
+        return self.need.share is not None
+
+
+@dataclass(frozen=True)
+class ModelsPlan:
+    memory: DeviceMemory
+    utilization: float
+    models: tuple[ModelPlan, ...]
+    problems: tuple[str, ...]    # empty: the set fits
+
+    @property
+    def share_total(self) -> float:
+        return sum(model.share for model in self.models)
+
+
+def model_settings(settings: Settings, name: str, max_model_len: int, share: float) -> Settings:
+    """The settings of the one vLLM that serves ``name`` with its share."""
+    return settings.model_copy(update={"model": name, "max_model_len": max_model_len,
+                                       "gpu_memory_utilization": share, "kv_cache_gib": None,
+                                       "models": ""})
+
+
+def need_for(settings: Settings, entry: ModelEntry, shape: kp.ModelShape) -> ModelNeed:
+    length = entry.max_model_len or settings.max_model_len
+    block = kp.BLOCK_SIZE["cuda"]
+    request = kp.blocks_per_request(length, block) * kp.bytes_per_block(shape, block, settings.kv_cache_dtype)
+    return ModelNeed(entry.name, length, entry.share, shape,
+                     preflight.gpu_overhead_for(settings, shape), request, settings.kv_cache_dtype)
+
+
+def rest_bytes(needs: tuple[ModelNeed, ...], utilization: float, total_bytes: int) -> int:
+    """What the given shares leave of the utilization for the models without one."""
+    given = sum(need.share for need in needs if need.share is not None)
+    return int((utilization - given) * total_bytes)
+
+
+def split_shares(needs: tuple[ModelNeed, ...], utilization: float, total_bytes: int) -> tuple[float, ...]:
+    """Each model's share: the one given, or its part of the rest by need (module docstring)."""
+    unshared = [need for need in needs if need.share is None]
+    rest = max(0, rest_bytes(needs, utilization, total_bytes))
+    overheads = sum(need.overhead.total for need in unshared) or 1
+    kv_left = rest - overheads
+    wanted = sum(need.request_bytes for need in unshared) or 1
+
+    def computed(need: ModelNeed) -> float:
+        # A rest too small even for the overheads (refused by rest_problem) is split by them,
+        # so that the shares never add up to more than the utilization.
+        part = (need.overhead.total + kv_left * need.request_bytes / wanted if kv_left > 0
+                else rest * need.overhead.total / overheads)
+        return math.floor(part / total_bytes * 10_000) / 10_000
+
+    return tuple(need.share if need.share is not None else computed(need) for need in needs)
+
+
+def rest_problem(needs: tuple[ModelNeed, ...], utilization: float, total_bytes: int) -> Optional[str]:
+    unshared = [need for need in needs if need.share is None]
+    rest = rest_bytes(needs, utilization, total_bytes)
+    wanted = sum(need.minimum_bytes for need in unshared)
+    if not unshared or rest >= wanted:
+        return None
+    names = ", ".join(need.name for need in unshared)
+    return (f"The models given no share ({names}) get the rest of ERNIE_GPU_MEMORY_UTILIZATION={utilization}, "
+            f"{max(rest, 0) / GIB:.2f} GiB, but need at least {wanted / GIB:.2f} GiB (weights, "
+            f"activations, overheads and one request at max-model-len each): short by "
+            f"{(wanted - rest) / GIB:.2f} GiB. Lower the other models' shares, raise "
+            "ERNIE_GPU_MEMORY_UTILIZATION, lower their max-model-len, or serve fewer models.")
+
+
+def model_problems(model: ModelPlan, total_bytes: int) -> list[str]:
+    """What stops this model's vLLM from starting with its share."""
+    need, plan = model.need, model.plan
+    problems = []
+    limit = need.shape.max_position_embeddings
+    if limit and need.max_model_len > limit:
+        problems.append(f"{need.name}: max-model-len {need.max_model_len} is above the model's "
+                        f"max_position_embeddings ({limit}): write {need.name}:{limit} or less in "
+                        "ERNIE_MODELS.")
+    if plan.num_blocks >= kp.blocks_per_request(need.max_model_len, plan.block_size):
+        return problems
+    have = int(model.share * total_bytes)
+    fits = kp.longest_max_model_len(plan.num_blocks, plan.block_size)
+    shorter = f", write {need.name}:{fits} to give it a max-model-len that fits" if fits else ""
+    smallest = kp.utilization_for(1, need.max_model_len, need.shape, total_bytes, need.overhead,
+                                  plan.block_size, need.kv_cache_dtype)
+    problems.append(
+        f"{need.name}: share {model.share:g} gives {have / GIB:.2f} GiB, but its weights, activations "
+        f"and overheads ({need.overhead.total / GIB:.2f} GiB) and one request of max-model-len "
+        f"{need.max_model_len:,} ({need.request_bytes / GIB:.2f} GiB) need "
+        f"{need.minimum_bytes / GIB:.2f} GiB: short by {(need.minimum_bytes - have) / GIB:.2f} GiB. "
+        f"Give it a share of {smallest:g} or more{shorter}, or serve fewer models.")
+    return problems
+
+
+def free_problem(share_total: float, memory: DeviceMemory) -> Optional[str]:
+    wanted = share_total * memory.total_bytes
+    if wanted <= memory.free_bytes:
+        return None
+    others = "; ".join(memory.others) or "no other process is visible to NVML"
+    return (f"The models' shares add up to {share_total:.4g} = {wanted / GIB:.2f} GiB, but only "
+            f"{memory.free_bytes / GIB:.2f} GiB are free on {memory.name} ({others}): short by "
+            f"{(wanted - memory.free_bytes) / GIB:.2f} GiB. Lower the shares or "
+            "ERNIE_GPU_MEMORY_UTILIZATION, serve fewer models, or stop the other processes.")
+
+
+def plan_models(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape]],
+                memory: DeviceMemory) -> ModelsPlan:
+    """The plan of every model in ERNIE_MODELS on ``memory``, with every reason it does not fit."""
+    if memory.kind != "cuda":
+        raise BadInput("ERNIE_MODELS splits a GPU's memory; this is a CPU. Plan for a GPU with "
+                       "--gpu-memory-gib N (its total memory), or unset ERNIE_MODELS.")
+    utilization, total = settings.gpu_memory_utilization, memory.total_bytes
+    needs = tuple(need_for(settings, entry, shape) for entry, shape in shaped)
+    shares = split_shares(needs, utilization, total)
+    models = tuple(ModelPlan(need, share, preflight.plan_for(
+        model_settings(settings, need.name, need.max_model_len, share), need.shape, memory))
+        for need, share in zip(needs, shares))
+    problems = models_problems(tuple(entry for entry, _ in shaped), utilization, settings.kv_cache_gib,
+                               settings.engine_copies, total)
+    if problem := rest_problem(needs, utilization, total):
+        problems.append(problem)
+    else:  # a share the rest could not pay for is reported once, above
+        problems += [p for model in models for p in model_problems(model, total)]
+    # Shares above the utilization are refused above; the GPU must have room for the rest.
+    if problem := free_problem(min(sum(shares), utilization), memory):
+        problems.append(problem)
+    return ModelsPlan(memory, utilization, models, tuple(problems))

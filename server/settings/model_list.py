@@ -1,0 +1,100 @@
+"""ERNIE_MODELS: several models served together, each with its max-model-len and GPU share.
+
+The syntax is ``name[:max_model_len[:share]]``, comma-separated, for example
+``baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768``. A plain string (not JSON) because it
+is typed into a .env line; a model name cannot hold ":" (hub ids and POSIX folders never need
+one). An omitted max-model-len is ERNIE_MAX_MODEL_LEN; an omitted share is computed by
+``ernie-chat plan`` from what the model needs (server/plan/models.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+GIB = 1024**3
+SYNTAX = ("write name[:max_model_len[:share]], comma-separated, e.g. "
+          "baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    max_model_len: Optional[int] = None  # None: ERNIE_MAX_MODEL_LEN
+    share: Optional[float] = None        # of the GPU's total memory; None: split by need
+
+
+def parse_max_model_len(item: str, text: str) -> Optional[int]:
+    if not text:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise ValueError(f"{item!r}: max_model_len {text!r} is not a whole number of tokens above "
+                         f"0 (e.g. 8192); {SYNTAX}")
+    return int(text)
+
+
+def parse_share(item: str, text: str) -> Optional[float]:
+    if not text:
+        return None
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise ValueError(f"{item!r}: share {text!r} must be the fraction of the GPU's total memory "
+                         f"this model may take, in (0, 1], e.g. 0.3; {SYNTAX}")
+    return share
+
+
+def parse_entry(item: str, position: int) -> ModelEntry:
+    parts = [part.strip() for part in item.split(":")]
+    if not item.strip():
+        raise ValueError(f"model {position} is empty (two commas in a row, or one at an end); {SYNTAX}")
+    if len(parts) > 3:
+        raise ValueError(f"{item!r} has {len(parts) - 1} colons, at most 2 are allowed (a model "
+                         f"name cannot hold ':'); {SYNTAX}")
+    if not parts[0]:
+        raise ValueError(f"{item!r} has no model name before the first ':'; {SYNTAX}")
+    parts += [""] * (3 - len(parts))
+    return ModelEntry(parts[0], parse_max_model_len(item, parts[1]), parse_share(item, parts[2]))
+
+
+def parse_models(text: str) -> tuple[ModelEntry, ...]:
+    """The models of an ERNIE_MODELS value; () when it is empty. ValueError says what to write."""
+    if not text.strip():
+        return ()
+    entries = tuple(parse_entry(item, n) for n, item in enumerate(text.split(","), 1))
+    names = [entry.name for entry in entries]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise ValueError(f"{', '.join(twice)} is listed more than once: list each model once and "
+                         "give it a larger share instead")
+    return entries
+
+
+def checked_models(value: str) -> str:
+    parse_models(value)
+    return value.strip()
+
+
+def models_problems(entries: tuple[ModelEntry, ...], utilization: float, kv_cache_gib: Optional[float],
+                    engine_copies: int, total_bytes: Optional[int] = None) -> list[str]:
+    """What the other settings must be for these models; ``total_bytes`` adds GiB to the figures."""
+    problems = []
+    given = sum(entry.share for entry in entries if entry.share is not None)
+    unshared = [entry.name for entry in entries if entry.share is None]
+    if given > utilization + 1e-9:
+        excess = f" ({(given - utilization) * total_bytes / GIB:.2f} GiB)" if total_bytes else ""
+        problems.append(
+            f"the shares in ERNIE_MODELS add up to {given:.4g}, more than "
+            f"ERNIE_GPU_MEMORY_UTILIZATION={utilization} (the memory of all models together) by "
+            f"{given - utilization:.4g}{excess}: lower the shares or raise the utilization")
+    elif unshared and given >= utilization - 1e-9:
+        problems.append(
+            f"the shares in ERNIE_MODELS take all of ERNIE_GPU_MEMORY_UTILIZATION={utilization}, "
+            f"leaving nothing for {', '.join(unshared)} (given no share): lower the shares")
+    if kv_cache_gib is not None:
+        problems.append("ERNIE_KV_CACHE_GIB sizes one model's KV pool; with ERNIE_MODELS each "
+                        "model's pool comes from its share: unset ERNIE_KV_CACHE_GIB")
+    if engine_copies > 1:
+        problems.append("ERNIE_MODELS runs one copy of each model: set ERNIE_ENGINE_COPIES=1")
+    return problems
