@@ -42,6 +42,12 @@ LOGINS_FAILED = Counter(f"{PREFIX}_logins_failed", "Login attempts refused: a wr
                         "outside the allowed groups or domains (provider_refused).", ["reason"])
 LIMITS_HIT = Counter(f"{PREFIX}_limits_hit", "Messages a limit refused: messages, tokens (per user) or busy "
                     "(the engine's queue).", ["limit"])
+# Each known label at 0 from the start: Prometheus's increase() takes a series' first sample
+# as its start, so a count born at 1 (the first failed login) would show no increase at all.
+for _reason in ("password", "throttled", "provider_refused"):
+    LOGINS_FAILED.labels(reason=_reason)
+for _limit in ("messages", "tokens", "busy"):
+    LIMITS_HIT.labels(limit=_limit)
 CONTINUED = Counter(f"{PREFIX}_replies_continued", "Replies that went on on another engine (or the "
                     "restarted one) after theirs stopped under them.")
 TAKEN_OVER = Counter(f"{PREFIX}_replies_taken_over", "Replies another app worker was writing, carried "

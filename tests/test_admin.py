@@ -21,6 +21,7 @@ from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from server.passwords import hash_password
 from server.settings import SettingsError, load_settings
 from server.stack.processes import free_port
+from tests.screenshots import screenshot_path
 from tests import postgres
 from tests.conftest import start_app
 from tests.test_browser import browser  # noqa: F401 (a fixture)
@@ -202,7 +203,7 @@ def test_without_login_there_is_no_admin_page(app_without_engine):
         assert response.status_code == 404 and "login is off" in response.text
 
 
-def test_the_page_in_a_browser_shows_a_hostile_title_as_text(chatted, browser):  # noqa: F811
+def test_the_page_in_a_browser_shows_a_hostile_title_as_text(chatted, browser, tmp_path):  # noqa: F811
     settings, tokens, _ = chatted
     admin_json(settings, tokens["alice"])  # every message saved
     context = browser.new_context(viewport={"width": 1000, "height": 700})
@@ -220,7 +221,7 @@ def test_the_page_in_a_browser_shows_a_hostile_title_as_text(chatted, browser): 
         assert page.locator("table img, table script").count() == 0
         assert page.get_by_text(XSS, exact=True).count() == 1  # shown as the text it is
         assert page.locator("tbody tr").first.locator("td").nth(2).inner_text() == "3"  # chats today
-        if "chats.db" in str(settings.chat_db):
-            page.screenshot(path="/tmp/admin-page.png", full_page=False)
+        if "chats.db" in str(settings.chat_db):  # one picture, of the SQLite run
+            page.screenshot(path=screenshot_path("admin.png", tmp_path))
     finally:
         context.close()

@@ -8,7 +8,6 @@ in tests/test_browser.py with the other Stop test.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import socketserver
@@ -19,8 +18,9 @@ import httpx
 import pytest
 
 from app.attachments import Attachment, prompt_with
+from tests.screenshots import screenshot_path
 from tests import sample_files as files
-from tests.conftest import ROOT, start_app
+from tests.conftest import start_app
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, a_stopped_long_reply, browser, log_in, open_chat, page_factory, send,
     wait_until_vllm_is_idle)
@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
 SHORT_REPLY = 24
 FIGURES = re.compile(r"(\d+) prompt \+ (\d+) reply tokens")
-SCREENSHOT = ROOT / "docs" / "chat.png"  # UPDATE_SCREENSHOT=1 refreshes the README's picture
 REGENERATED = "the model's history keeps it instead of the one above"
 
 
@@ -367,8 +366,7 @@ def showcase_app(engine, tmp_path_factory):
 def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     """The README's first picture: saved chats, a conversation, replies that end on their own.
 
-    To re-shoot it: UPDATE_SCREENSHOT=1, with fonts for Chinese and emoji in the browser
-    (Debian: fonts-noto-cjk fonts-noto-color-emoji), or those characters show as boxes.
+    To re-shoot it: tests/screenshots.py.
     """
     page = page_factory(showcase_app.app_url)
     log_in(page, "presenter", "demo")
@@ -387,4 +385,4 @@ def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     page.mouse.move(0, 0)
     # Chainlit scrolls the last question to the top; show the whole conversation.
     page.locator(USER).first.evaluate("question => question.scrollIntoView({block: 'start'})")
-    page.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "chat.png"))
+    page.screenshot(path=screenshot_path("chat.png", tmp_path))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import httpx
@@ -15,11 +14,10 @@ from app.texts import lang_of
 from server.metrics import EngineMetrics
 from server.passwords import hash_password
 from server.stack.processes import free_port
+from tests.screenshots import screenshot_path
 from tests import openai_standin
-from tests.conftest import ROOT, start_app
+from tests.conftest import start_app
 
-# Set UPDATE_SCREENSHOT=1 to refresh the README's picture from the browser test.
-SCREENSHOT = ROOT / "docs" / "live.png"
 
 
 def metrics(generated: int, running=1, waiting=0, kv=0.25) -> EngineMetrics:
@@ -208,8 +206,7 @@ def test_the_figures_move_while_a_chat_replies(chat_app, tmp_path):
             first = live.locator("#ttft-list li").first.inner_text()
             assert re.fullmatch(r"[\d,]+ ms · – tok/s", first), first  # no decode speed when cut
             live.wait_for_function("document.querySelector('#requests').dataset.value == 0", timeout=30_000)
-            live.screenshot(path=str(SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT")
-                                     else tmp_path / "live.png"))
+            live.screenshot(path=screenshot_path("live.png", tmp_path))
 
             chinese = browser.new_page(locale="zh-CN")
             chinese.goto(f"{chat_app.app_url}{PAGE}")

@@ -9,12 +9,12 @@ import sqlite3
 import pytest
 
 from app.math_text import display_text
+from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, ask, browser, log_in, open_chat, page_factory, send)
 
 pytestmark = pytest.mark.browser
 
-SCREENSHOT = "/tmp/latex.png"
 # What a model writes: display and inline math in both notations, amounts, code.
 RAW_REPLY = ("The area is \\(\\pi r^2\\) and\n\n\\[\\int_0^1 x^2\\,dx = \\frac{1}{3}\\]\n\n"
              "Tickets cost $5 and $10, or $3.50 each; so $x^2$ grows.\n\n"
@@ -31,7 +31,7 @@ def test_a_typed_message_shows_its_dollars_and_no_formula(page_factory, app_with
 
 
 @pytest.mark.engine
-def test_a_reply_renders_its_formulas_and_keeps_amounts_and_code(page_factory, saved_chats_app):
+def test_a_reply_renders_its_formulas_and_keeps_amounts_and_code(page_factory, saved_chats_app, tmp_path):
     """The demo model cannot be made to write math, so the saved reply is given the text the
     app saves for a model that wrote RAW_REPLY (display_text), and the chat is reopened: the
     real frontend renders what the app sends."""
@@ -46,7 +46,7 @@ def test_a_reply_renders_its_formulas_and_keeps_amounts_and_code(page_factory, s
     page.locator("#thread-history").get_by_text("Show me some math.").first.click()
     reply = page.locator(ASSISTANT).filter(has_text="Tickets cost")
     reply.wait_for(timeout=30_000)
-    page.screenshot(path=SCREENSHOT, full_page=True)
+    page.screenshot(path=screenshot_path("formulas.png", tmp_path), full_page=True)
     assert reply.locator(".katex-display").count() == 1
     assert reply.locator(".katex").count() == 3  # pi r^2, the integral, x^2
     shown = reply.inner_text()

@@ -32,6 +32,7 @@ from server.settings import SettingsError, load_settings
 from server.stack.engine_tier import StartupFailed
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
+from tests.screenshots import screenshot_path
 from tests.conftest import start_app
 from tests.test_browser import USER, browser, page_factory  # noqa: F401  (the fixtures)
 
@@ -287,8 +288,8 @@ def test_a_user_outside_the_allowed_group_gets_a_page_that_says_so(oidc_app, pag
 
 
 @pytest.mark.browser
-def test_the_sign_in_page_offers_the_provider_and_passwords(oidc_app, page_factory):
+def test_the_sign_in_page_offers_the_provider_and_passwords(oidc_app, page_factory, tmp_path):
     page = page_factory(f"{oidc_app.app_url}/login")
     page.get_by_role("button", name="Continue with SSO").wait_for(timeout=30_000)
     page.locator("#password").wait_for()
-    page.screenshot(path="/tmp/oidc-signin.png")
+    page.screenshot(path=screenshot_path("sign-in.png", tmp_path))

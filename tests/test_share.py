@@ -26,6 +26,7 @@ from app.share_page import POLICY, not_found_html, page_html
 from server import chat_db
 from server.settings import load_settings
 from server.stack.processes import free_port
+from tests.screenshots import screenshot_path
 from tests import postgres
 from tests.conftest import start_app
 from tests.test_settings import error_for
@@ -37,7 +38,6 @@ from tests.test_chat_features import finished_replies
 XSS = ("**bold** <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 1\"> "
        "[click](javascript:window.pwned=1)")
 LINK = re.compile(r"https?://[^\s)]+/shared/[A-Za-z0-9_-]{43}")
-PAGE_SHOT, QR_SHOT = Path("/tmp/share-page.png"), Path("/tmp/share-qr.png")
 
 
 def command(page, line: str, answer: str):
@@ -165,7 +165,8 @@ def sharing_app(engine, tmp_path_factory):
 
 @pytest.mark.engine
 @pytest.mark.browser
-def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(page_factory, sharing_app):
+def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(page_factory, sharing_app,
+                                                                                 tmp_path):
     owner = page_factory(sharing_app.app_url)
     log_in(owner, "alice", "wonderland")
     send(owner, XSS)
@@ -178,8 +179,8 @@ def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(
     qr.scroll_into_view_if_needed()
     owner.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=qr.element_handle(),
                             timeout=30_000)
-    qr.screenshot(path=str(QR_SHOT))
-    assert decoded(QR_SHOT) == link
+    qr.screenshot(path=tmp_path / "qr.png")
+    assert decoded(tmp_path / "qr.png") == link
 
     reader = page_factory(link)  # another browser context: no login cookie
     reader.get_by_text("bold").first.wait_for(timeout=30_000)
@@ -188,14 +189,14 @@ def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(
     assert reader.locator("main .assistant").count() == 1
     assert reader.evaluate("window.pwned") is None
     assert reader.locator("input, textarea, form, button, #chat-input, script").count() == 0
-    reader.screenshot(path=str(PAGE_SHOT), full_page=True)
+    reader.screenshot(path=screenshot_path("shared-chat.png", tmp_path), full_page=True)
     assert httpx.post(link, timeout=10).status_code == 405
 
     live = page_factory(f"{sharing_app.app_url}/live?shared={link.rsplit('/', 1)[1]}")
     live.locator("#shared img").wait_for(timeout=30_000)
     assert live.locator("#shared figcaption").inner_text() == link
-    live.locator("#shared img").screenshot(path=str(QR_SHOT.with_name("share-qr-live.png")))
-    assert decoded(QR_SHOT.with_name("share-qr-live.png")) == link
+    live.locator("#shared img").screenshot(path=tmp_path / "qr-live.png")
+    assert decoded(tmp_path / "qr-live.png") == link
 
     command(owner, "/unshare", "taken back")
     gone = httpx.get(link, timeout=10)

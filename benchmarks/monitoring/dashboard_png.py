@@ -80,17 +80,20 @@ def query_range(client: httpx.Client, url: str, expr: str, start: float, end: fl
     return answer["data"]["result"]
 
 
-def draw(panels: list[Panel], series: dict, out: Path, title: str) -> None:
+def draw(panels: list[Panel], series: dict, out: Path, title: str, t0: float) -> None:
+    """The panels in the dashboard's grid; a graph leaves its panel's top row to its title and
+    the ticks above it, as Grafana's panel header does.  Time in minutes from ``t0``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = max(p.y + p.h for p in panels)
-    fig = plt.figure(figsize=(18, rows * 0.42))
+    fig = plt.figure(figsize=(18, rows * 0.5))
     fig.suptitle(title, fontsize=13)
     grid = fig.add_gridspec(rows, GRID_COLUMNS, hspace=2.5, wspace=1.2)
     for panel in panels:
-        ax = fig.add_subplot(grid[panel.y:panel.y + panel.h, panel.x:panel.x + panel.w])
+        top = panel.y + (panel.kind != "stat")
+        ax = fig.add_subplot(grid[top:panel.y + panel.h, panel.x:panel.x + panel.w])
         ax.set_title(panel.title, fontsize=9, loc="left")
         lines = series[panel.title]
         if panel.kind == "stat":
@@ -102,11 +105,11 @@ def draw(panels: list[Panel], series: dict, out: Path, title: str) -> None:
             continue
         for name, values in lines:
             if values:
-                t0 = values[0][0]
                 ax.plot([(t - t0) / 60 for t, _ in values], [v for _, v in values], label=name)
         if not any(values for _, values in lines):
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
         ax.tick_params(labelsize=7)
+        ax.set_xlim(0, None)
         ax.set_xlabel("minutes", fontsize=7)
         if any(values for _, values in lines):
             ax.legend(fontsize=6, loc="upper left")
@@ -132,7 +135,7 @@ def main() -> int:
                                                  if v not in ("NaN", "+Inf", "-Inf")])
                 for q in panel.queries
                 for r in query_range(client, args.prometheus.rstrip("/"), q.expr, start, end, step_s)]
-    draw(panels, series, args.out, f"{dashboard.get('title', 'dashboard')}: the last {args.minutes:g} min")
+    draw(panels, series, args.out, f"{dashboard.get('title', 'dashboard')}: the last {args.minutes:g} min", start)
     print(f"{args.out}: {len(panels)} panels, {sum(len(v) for v in series.values())} series")
     return 0
 
