@@ -84,8 +84,9 @@ class SearchingLayer(SQLAlchemyDataLayer):
         words = query_words(filters.search or "")
         if not words:
             return await super().list_threads(pagination, filters.model_copy(update={"search": None}))
-        if not filters.userId:
+        if not filters.userId:  # no user, no chats: nothing is searched across users
             return page([], pagination)
+        # The user's own only, checked again: Chainlit's query may also take a chat by its id.
         found = [t for t in await self.get_all_user_threads(user_id=filters.userId) or []
                  if t.get("userId") == filters.userId and matches(words, searched_texts(t))]
         return page(found, pagination)
@@ -97,7 +98,8 @@ async def threads_listed(request: Request, payload: GetThreadsRequest, current_u
         return await get_user_threads(request, payload, current_user)
     except SearchTooLong:
         lang = lang_of(request.headers.get("accept-language"))
-        raise HTTPException(status_code=400, detail=text(lang, "search_too_long", limit=MAX_QUERY_CHARS))
+        raise HTTPException(status_code=400,
+                            detail=text(lang, "search_too_long", limit=MAX_QUERY_CHARS)) from None
 
 
 def install() -> None:
