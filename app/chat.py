@@ -27,8 +27,8 @@ from chainlit.data import get_data_layer
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (admin_page, auth_sessions, boot_cookie, drain, export, failover, files_dir, in_flight,
-                 live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
+from app import (admin_page, auth_sessions, boot_cookie, chat_search, drain, export, failover, files_dir,
+                 in_flight, live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
                  saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
                  share_page, share_qr, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
@@ -42,7 +42,7 @@ from app.pdf_reader import PdfLimits
 from app.personas import chat_profiles, persona
 from app.prompt_budget import PromptBudget
 from app.single_flight import SingleFlight
-from app.texts import duration, figures_line, lang_of, refusal, text
+from app.texts import FIGURES_MARK, duration, figures_line, lang_of, refusal, text
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from app.user_limits import Limits, UserLimits, user_key
 from server import chat_db
@@ -70,7 +70,6 @@ admin_page.install(SETTINGS)
 live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value, SETTINGS.public_url)
 # What the engine is: asked once for the chats that open within 30 s, again after any error.
 SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
-FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
@@ -585,7 +584,8 @@ if SETTINGS.login_on:
 
 if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
-    cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db))
+    cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
+    chat_search.install()
     share_page.install(SETTINGS.public_url, SETTINGS.served_model_name, FIGURES_MARK)
 
     @cl.on_chat_resume

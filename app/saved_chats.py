@@ -17,10 +17,11 @@ from server import chat_db
 UPDATE = 'UPDATE steps SET "output" = :output, "metadata" = :metadata WHERE "id" = :id'
 
 
-def data_layer(target: str):
-    """Chainlit's SQLAlchemy data layer for ERNIE_CHAT_DB (the tables: server/chat_db.py)."""
+def data_layer(target: str, kind=None):
+    """Chainlit's SQLAlchemy data layer for ERNIE_CHAT_DB (the tables: server/chat_db.py), or
+    ``kind``, a subclass of it (app/chat_search.py)."""
     from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
-    layer = SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(target))
+    layer = (kind or SQLAlchemyDataLayer)(conninfo=chat_db.data_layer_url(target))
     if chat_db.is_postgres(target):
         # Chainlit's default pool (5 + 10) runs out at about ten chats (Chainlit #2111).
         from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
@@ -41,6 +42,12 @@ async def save_settings(session) -> None:
                                              metadata={"chat_settings": session.chat_settings})
 
 
+def step_metadata(step: dict) -> dict:
+    """A saved step's metadata: SQLite gives it back as JSON text."""
+    metadata = step.get("metadata") or {}
+    return json.loads(metadata) if isinstance(metadata, str) else metadata
+
+
 def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str) -> Conversation:
     """Rebuild the model's history from saved steps: user messages and replies only.
 
@@ -50,9 +57,7 @@ def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str
     conversation = Conversation(system_prompt)
     asked: Optional[dict] = None  # the last user step
     for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
-        metadata = step.get("metadata") or {}
-        if isinstance(metadata, str):
-            metadata = json.loads(metadata or "{}")
+        metadata = step_metadata(step)
         if step.get("type") == "user_message":
             asked = step
             conversation.ask(step["id"], step.get("output") or "")
@@ -90,8 +95,7 @@ class SavedSteps:
         step = await _layer().get_step(partial.step_id)
         if not step:
             return None
-        if isinstance(step.get("metadata"), str):
-            step["metadata"] = json.loads(step["metadata"] or "{}")
+        step["metadata"] = step_metadata(step)
         marker = marker_of(step.get("metadata"))
         if marker is None:  # it finished meanwhile: the page gets it whole, not its start
             await cl.context.emitter.update_step(step)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
+
 TEXTS: dict[str, dict[str, str]] = {
     "en": {
         "welcome": "Hello! I am **{model}**, served by {server}. Ask me anything; "
@@ -193,6 +195,8 @@ TEXTS: dict[str, dict[str, str]] = {
                            "every {seconds} s.",
         "share_not_found": "No shared chat here: the link is wrong, or it was taken back.",
         "share_untitled": "Shared chat",
+        "search_too_long": "The search is too long: at most {limit} characters. Search for a few "
+                           "words of the chat.",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -336,6 +340,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "share_page_note": "共享的对话，只读。页面跟随对话，每 {seconds} 秒刷新一次。",
         "share_not_found": "这里没有共享的对话：链接有误，或已被收回。",
         "share_untitled": "共享的对话",
+        "search_too_long": "搜索内容太长：最多 {limit} 个字符。请只搜索对话中的几个词。",
     },
 }
 

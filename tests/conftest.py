@@ -33,7 +33,7 @@ PROCESS_FIXTURES = {
     "chat_on_plain_server", "chat_on_transformers", "transformers_server", "plain_server",
     "llamacpp_server", "database", "stack", "browser", "page_factory", "stand_in_index", "fresh_box",
     "scripted", "listening_port", "workers", "changed_app", "balanced_app", "guarded_app",
-    "oidc_app", "tls_app", "team_tls_app",
+    "oidc_app", "tls_app", "team_tls_app", "searching_app",
 }
 TIER_MARKERS = ("engine", "browser", "stack", "network")
 
