@@ -179,9 +179,11 @@ def causes(exc: Optional[BaseException]) -> Iterator[BaseException]:
         exc = exc.__cause__
 
 
-# vLLM's EngineDeadError (v1/engine/exceptions.py), sent inside a stream or as an HTTP 500
-# by an API server whose engine core died: the engine stopped, as when the connection closes.
-ENGINE_DEAD = "EngineCore encountered an issue"
+# What an API server whose engine core died answers, inside a stream or as an HTTP 500: the
+# engine stopped, as when the connection closes.  vLLM's EngineDeadError (v1/engine/
+# exceptions.py), and the RuntimeError of its output executor, already shut down, that a
+# request arriving in the moment between the core's death and the server's sees.
+ENGINE_DEAD = ("EngineCore encountered an issue", "cannot schedule new futures after shutdown")
 # The connection broke after the request went: the engine closed it (it died or restarted
 # under the request), which is not "nothing listens there".
 CUT = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, httpx2.ReadError,
@@ -208,7 +210,7 @@ def error_kind(exc: BaseException) -> str:
     if any(isinstance(cause, CUT) or (isinstance(cause, aiohttp.ClientConnectionError)
                                       and not isinstance(cause, asyncio.TimeoutError)) for cause in found):
         return "cut"
-    if any(ENGINE_DEAD in said(cause) for cause in found):
+    if any(dead in said(cause) for cause in found for dead in ENGINE_DEAD):
         return "cut"  # vLLM's API server outlived its engine core for a moment
     if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
         return "timeout"

@@ -19,18 +19,26 @@ UPDATE = 'UPDATE steps SET "output" = :output, "metadata" = :metadata WHERE "id"
 
 def data_layer(target: str, kind=None):
     """Chainlit's SQLAlchemy data layer for ERNIE_CHAT_DB (the tables: server/chat_db.py), or
-    ``kind``, a subclass of it (app/chat_search.py)."""
+    ``kind``, a subclass of it (app/chat_search.py), on an engine of our options: Chainlit's
+    default pool (5 + 10) runs out at about ten chats on PostgreSQL (Chainlit #2111), its
+    SQLite settings lose writes under several workers (chat_db.engine_options)."""
     from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+    from sqlalchemy.orm import sessionmaker
     layer = (kind or SQLAlchemyDataLayer)(conninfo=chat_db.data_layer_url(target))
-    if chat_db.is_postgres(target):
-        # Chainlit's default pool (5 + 10) runs out at about ten chats (Chainlit #2111).
-        from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-        from sqlalchemy.orm import sessionmaker
-        layer.engine = create_async_engine(layer._conninfo, pool_size=chat_db.POOL_SIZE,
-                                           max_overflow=chat_db.POOL_OVERFLOW)
-        layer.async_session = sessionmaker(bind=layer.engine, expire_on_commit=False,
-                                           class_=AsyncSession)
+    layer.engine = create_async_engine(layer._conninfo, **chat_db.engine_options(target))
+    if not chat_db.is_postgres(target):
+        event.listen(layer.engine.sync_engine, "connect", _sqlite_pragmas)
+    layer.async_session = sessionmaker(bind=layer.engine, expire_on_commit=False, class_=AsyncSession)
     return layer
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    for pragma in chat_db.SQLITE_PRAGMAS:
+        cursor.execute(pragma)
+    cursor.close()
 
 
 async def save_settings(session) -> None:

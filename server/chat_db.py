@@ -10,7 +10,12 @@ the admin page's sums per day (app/admin_figures.py).
 
 SQLite is the embedded default: one file, one machine.  Several app workers (or
 machines) share a PostgreSQL database instead (``postgresql://user:pw@host/db``);
-SQLite takes concurrent writers only one at a time.
+SQLite takes concurrent writers only one at a time.  So that the workers of one machine
+take turns rather than fail, the data layer's SQLite connections (``engine_options``,
+``SQLITE_PRAGMAS``) commit each statement on its own, wait up to a minute for the write
+lock, and sync the write-ahead log only at checkpoints: with the defaults (a 5 s wait)
+a write that waited longer failed, and Chainlit drops a step or message it cannot write
+with only a warning (docs/performance.md, "Saved chats on SQLite").
 
 One table is the app's own: ``shares``, the read-only links to chats (app/share_links.py).
 """
@@ -95,6 +100,11 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 # Connections each worker may hold: Chainlit's default (5 + 10) ran out at ~10 chats
 # (Chainlit issue #2111); every write opens a session of its own.
 POOL_SIZE, POOL_OVERFLOW = 20, 40
+# A writer waits this long for another worker's write to end before it gives up.
+SQLITE_BUSY_TIMEOUT_S = 60.0
+# Per connection. NORMAL: a commit in WAL mode no longer waits for the disk; a power cut
+# may lose the last commits, never the database.
+SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 
 
 class ChatDbError(ErnieChatError, RuntimeError):
@@ -194,3 +204,14 @@ def data_layer_url(target) -> str:
     if is_postgres(str(target)):
         return "postgresql+asyncpg://" + str(target).partition("://")[2]
     return f"sqlite+aiosqlite:///{Path(target).resolve()}"
+
+
+def engine_options(target) -> dict:
+    """SQLAlchemy's create_async_engine options for the data layer of ERNIE_CHAT_DB.
+
+    SQLite: AUTOCOMMIT, so that no session of Chainlit's holds a transaction, and the
+    file's write lock, across its awaits: the slowest writes under 8 workers took a
+    third to a half as long (benchmarks/saved_chat_writes.py)."""
+    if is_postgres(str(target)):
+        return {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+    return {"isolation_level": "AUTOCOMMIT", "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}

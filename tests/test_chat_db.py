@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
+from app import saved_chats
 from server import chat_db
 from server.stack.processes import free_port
 from tests import postgres
@@ -58,3 +64,36 @@ def test_a_sqlite_file_takes_readers_while_one_writes(tmp_path):
     chat_db.prepare_db(str(path))
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_the_data_layer_on_sqlite_commits_each_write_and_waits_for_the_lock(tmp_path):
+    """Settings in force on the app's own connections to a real file: a write inside the data
+    layer's session is in the file at once (no transaction left holding the lock), a locked
+    file is waited for a minute, and commits do not wait for the disk."""
+    path = tmp_path / "chats.db"
+    chat_db.prepare_db(str(path))
+    layer = saved_chats.data_layer(str(path))
+    try:
+        async with layer.async_session() as session:
+            await session.begin()  # as Chainlit's execute_sql does
+            pragmas = {name: (await session.execute(text(f"PRAGMA {name}"))).scalar()
+                       for name in ("journal_mode", "synchronous", "busy_timeout")}
+            await session.execute(text('INSERT INTO threads ("id") VALUES (:id)'), {"id": "t1"})
+            with sqlite3.connect(path, timeout=0) as other:  # another worker, not waiting
+                assert other.execute('SELECT "id" FROM threads').fetchall() == [("t1",)]
+                other.execute('INSERT INTO threads ("id") VALUES (\'t2\')')
+    finally:
+        await layer.engine.dispose()
+    assert pragmas == {"journal_mode": "wal", "synchronous": 1, "busy_timeout": 60_000}
+
+
+def test_workers_writing_chat_steps_at_once_lose_none(tmp_path):
+    """Four processes, each with 20 chats saving steps at once through the app's data layer
+    (benchmarks/saved_chat_writes.py): every step is in the file."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "saved_chat_writes.py"
+    done = subprocess.run([sys.executable, str(script), "--processes", "4", "--chats", "20",
+                           "--steps", "5", "--runs", "1", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(done.stdout)
+    assert (run["writes"], run["dropped"]) == (400, 0)

@@ -44,6 +44,21 @@ def test_an_engine_core_that_died_under_its_api_server_is_a_cut_reply():
                                             response=response)) == "cut"
 
 
+def test_an_api_server_whose_engine_core_shut_down_cuts_the_reply():
+    """vLLM's 500 for a request that came in as its engine core died (seen on the H200 with a
+    copy killed under 1,000 users): the reply goes on on another copy, it is no final error."""
+    body = ('{"error": {"message": "cannot schedule new futures after shutdown", '
+            '"type": "InternalServerError", "param": null, "code": 500}}')
+    request = httpx.Request("POST", "http://engine/v1/chat/completions")
+    response = httpx.Response(500, request=request, text=body)
+    assert error_kind(openai.InternalServerError(f"Error code: 500 - {body}", response=response,
+                                                 body=json.loads(body)["error"])) == "cut"
+    assert error_kind(httpx.HTTPStatusError("Server error '500 Internal Server Error'", request=request,
+                                            response=response)) == "cut"
+    other = httpx.Response(500, request=request, text='{"error": {"message": "out of memory"}}')
+    assert error_kind(openai.InternalServerError("Error code: 500", response=other, body=None)) == "engine_error"
+
+
 def test_a_broken_line_is_an_error_not_a_silent_gap():
     with pytest.raises(ValueError):
         sse_chunk('data: {"choices": [')

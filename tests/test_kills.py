@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
-from server.loadtest.lib.kills import Kill, KillError, Proc, below, copy_index, parse_kill, supervisor_of, victim
+from server.loadtest.lib.kills import (Kill, KillError, Proc, below, copy_index, parse_kill, run_kills,
+                                       supervisor_of, victim)
+from server.stack.processes import free_port
 from server.stack.engine_args import EngineCopy
 from server.stack.engine_tier import copy_log_path
 
@@ -64,3 +68,23 @@ def test_each_part_names_its_process_below_the_supervisor_of_the_chat_port():
     assert victim(Kill("engine", 1, 0), stack).pid == 32
     with pytest.raises(KillError, match="worker:2: no such process"):
         victim(Kill("worker", 2, 0), stack)
+
+
+async def test_a_kill_counts_its_second_from_when_the_users_start():
+    """Logging in and starting client processes take seconds before the first user arrives:
+    a kill at second 0.3 comes 0.3 s into the load, however long the start took. (No stack
+    listens on the port: the kill is tried at its second, and says why it failed.)"""
+    users_started: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    lines: list[str] = []
+    called = time.perf_counter()
+    killing = asyncio.create_task(run_kills([Kill("worker", 1, 0.3)], free_port(), users_started,
+                                            lines.append))
+    await asyncio.sleep(0.6)  # the start of the load: nothing is killed meanwhile
+    assert not killing.done() and not lines
+    started = time.perf_counter()
+    users_started.set_result(started)
+    done = await killing
+    tried = time.perf_counter()
+    assert tried - started >= 0.3 and tried - called >= 0.9
+    assert done[0]["at_s"] == pytest.approx(0.3, abs=0.1) and "no stack" in done[0]["error"]
+    assert lines[0].startswith("kill worker:1 at 0.3 s failed")

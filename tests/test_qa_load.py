@@ -404,3 +404,33 @@ def test_a_chat_moved_without_saved_chats_but_kept_follows_its_reply_to_the_end(
     assert session._rejoined.is_set()
     feed(session, events[5:])
     assert session.turn_done.is_set() and session.record.outcome == "continued"
+
+
+def test_a_chat_started_again_between_two_messages_does_not_end_the_next_one():
+    """The socket dropped while the user read the reply; back on a worker that starts the chat
+    anew (no saved chat to resume), Chainlit runs on_chat_start: its task_start, the notice
+    that the chat moved and its task_end belong to no message. Taken for the next message's
+    turn (the last one's sent time still set), they failed it before its reply came."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
+    feed(session, opening_events({"id": "w", "metadata": {"kind": "welcome"}, "output": "Hi"}))
+    session.sent_at = time.perf_counter()
+    feed(session, reply_events("r1", "Hello there" + FIGURES))
+    assert session.record.outcome == "complete"
+    session.next_turn("[qa abcdef s000] again")
+    session._on_disconnect("transport close")
+    session.opened.clear()
+    session.dropped.clear()
+    session._rejoining = True  # as _back_between_turns() and _come_back() do
+    run = {"id": "start-run-2", "type": "run", "metadata": {}, "output": ""}
+    moved = {"id": "m", "metadata": {"kind": "moved"}, "output": "moved"}
+    feed(session, [("task_end", {}), ("clear_ask", {}), ("task_start", {}), ("new_message", run),
+                   ("new_message", moved)])
+    assert not session.opened.is_set(), "on_chat_start is not over"
+    feed(session, [("update_message", run), ("task_end", {})])
+    assert session.opened.is_set() and not session.turn_done.is_set() and not session.record.error
+    session._rejoining, session.record.reconnects = False, 0
+    session.sent_at = time.perf_counter()
+    feed(session, [("new_message", {"id": "w2", "metadata": {"kind": "welcome"}, "output": "Hi"})])
+    assert not session.turn_done.is_set()
+    feed(session, reply_events("r2", "Hello there" + FIGURES))
+    assert session.turn_done.is_set() and session.record.outcome == "complete"

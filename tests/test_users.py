@@ -8,6 +8,7 @@ fixed delay: what is checked is when users arrive, speak and leave, not a server
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -161,6 +162,20 @@ def test_the_live_counts_of_client_processes_add_up():
         check_processes(3, 2)
     with pytest.raises(UsersError, match="between 1 and 16"):
         check_processes(17, 100)
+
+
+async def test_the_users_clock_start_is_told_before_the_first_user_arrives():
+    """What qa-load --kill counts its seconds from (server/loadtest/lib/kills.py)."""
+    starts: list[float] = []
+    arrived: list[float] = []
+
+    def chat(i: int, tag: str) -> ScriptedChat:
+        arrived.append(len(starts))
+        return ScriptedChat(0.01, [])
+    before = time.perf_counter()
+    run = await run_users(UserModel(users=2, turns=1, think_s=0.0, ramp_s=0.2), chat, ["a"],
+                          on_start=starts.append)
+    assert starts == [run.started] and before <= run.started and arrived == [1, 1]
 
 
 async def test_no_message_is_sent_after_the_window():

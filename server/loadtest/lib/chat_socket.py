@@ -298,7 +298,7 @@ class ChatSession:
         record.prompt, record.reply_id, record.streamed, record.final, record.error = prompt, None, "", None, ""
         record.refused, record.busy_waited, record.notice = "", False, ""
         record.reconnects = 0
-        record.ttft_s = record.total_s = record.sent_at = None
+        record.ttft_s = record.total_s = record.sent_at = self.sent_at = None
         self.turn_done.clear()
         self._in_turn = False
 
@@ -333,14 +333,15 @@ class ChatSession:
         elif event == "task_start":
             self._in_turn = self.sent_at is not None
             self._starting = not self._in_turn
+        elif event == "task_end" and self._starting:
+            # on_chat_start's or a resume's, also when the socket came back between two
+            # messages and the chat started again there: never a turn's end.
+            self._starting = False
+            self._open_when_started()
         elif event == "task_end" and self._rejoining:
             pass  # the reconnect's and the resume's, not the turn's: its reply must show again
-        elif event == "task_end":
-            if self._in_turn:
-                self.turn_done.set()
-            else:
-                self._starting = False
-                self._open_when_started()
+        elif event == "task_end" and self._in_turn:
+            self.turn_done.set()
         elif event == "stream_start" and kind == "reply" and record.reply_id in (None, data["id"]):
             # Again after a reconnect: the reply as far as it got, carried on from there.
             if record.reply_id is None:

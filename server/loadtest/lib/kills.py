@@ -19,7 +19,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 from server.errors import LoadTestError
 
@@ -171,9 +171,13 @@ def find(kill: Kill, chat_port: int, root: Path = Path("/proc")) -> Proc:
     return victim(kill, below(supervisor, procs))
 
 
-async def run_kills(kills: list[Kill], chat_port: int, started: float,
+async def run_kills(kills: list[Kill], chat_port: int, started: Awaitable[float],
                     out: Callable[[str], None]) -> list[dict]:
-    """Kill each part at its second (from ``started``, a perf_counter time); what was done."""
+    """Kill each part at its second from ``started``: the perf_counter time the users' clock
+    starts at, once it has. Not from the command's start: logging in and opening the client
+    processes take seconds before the first user arrives, and a kill counted from there
+    hit the stack before it was under load."""
+    started = await started
     done = []
     for kill in sorted(kills, key=lambda k: k.at_s):
         await asyncio.sleep(max(0.0, started + kill.at_s - time.perf_counter()))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
@@ -37,16 +36,19 @@ async def run_user_load(target: Target, model: UserModel, prompts: list[str],
     port = urlsplit(target.url).port or 80
     for kill in kills:
         find(kill, port)  # a part that cannot be found stops the run before it starts
+    users_started: asyncio.Future[float] = asyncio.get_running_loop().create_future()
     killing = asyncio.create_task(run_kills(
-        list(kills), port, time.perf_counter(),
+        list(kills), port, users_started,
         lambda line: print(f"[{label}] {line}", file=sys.stderr, flush=True)))
     try:
         if processes > 1:
-            result = await user_processes.run(target, model, prompts, processes, status)
+            result = await user_processes.run(target, model, prompts, processes, status,
+                                              on_start=users_started.set_result)
         else:
             make_chat = await chat_factory(target, model.reply_timeout_s)
             run = await run_users(model, make_chat, prompts,
-                                  tick=lambda r: status.update(live(r.users, r.replies, r.now())))
+                                  tick=lambda r: status.update(live(r.users, r.replies, r.now())),
+                                  on_start=users_started.set_result)
             status.done(live(run.users, run.replies, run.wall_s))
             result = result_of(run, target.url, target.through)
     finally:

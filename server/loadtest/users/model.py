@@ -169,14 +169,17 @@ async def one_user(run: UsersRun, chat: Chat, user: UserRecord, prompts: list[st
 
 async def run_users(model: UserModel, make_chat: Callable[[int, str], Chat], prompts: list[str],
                     tick: Optional[Callable[[UsersRun], Awaitable[None] | None]] = None,
-                    share: Optional[tuple[int, int]] = None) -> UsersRun:
+                    share: Optional[tuple[int, int]] = None,
+                    on_start: Callable[[float], None] = lambda started: None) -> UsersRun:
     """Run the user model to its end; ``tick(run)`` is called about once a second meanwhile.
     ``share`` (i, k): only the users whose number is i modulo k, as client process i of k
-    runs them (``users.processes``), each arriving and thinking as in one process."""
+    runs them (``users.processes``), each arriving and thinking as in one process.
+    ``on_start(started)``: the users' clock starts at perf_counter time ``started``."""
     model.check()
     if not prompts:
         raise UsersError("There must be at least one prompt.")
     run = UsersRun(model)
+    on_start(run.started)
     code = secrets.token_hex(3)  # two runs at once never share a tag
     rng = random.Random(model.seed)
     seeds = [rng.random() for _ in range(model.users)]  # each user's, whichever process runs it

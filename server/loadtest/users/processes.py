@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict
+from typing import Callable
 
 from server.loadtest.lib.chat_socket import SessionRecord
 from server.loadtest.lib.client_processes import MAX_PROCESSES, ClientProcesses, child_main, parent_line
@@ -48,8 +50,9 @@ def added(counts: list[dict]) -> dict:
 
 
 async def run(target: Target, model: UserModel, prompts: list[str], processes: int,
-              status: StatusLine) -> dict:
-    """The users of ``model`` over ``processes`` client processes, judged as one run."""
+              status: StatusLine, on_start: Callable[[float], None] = lambda started: None) -> dict:
+    """The users of ``model`` over ``processes`` client processes, judged as one run;
+    ``on_start(started)``: the clients' clocks start at about perf_counter time ``started``."""
     check_processes(processes, model.users)
     latest: list[dict] = [{}] * processes
 
@@ -74,6 +77,7 @@ async def run(target: Target, model: UserModel, prompts: list[str], processes: i
                           for i in range(processes)])
         await group.wait_ready(lambda n: status.update(f"{n} of {processes} client processes ready"))
         await group.tell(["go"] * processes)
+        on_start(time.perf_counter())
         parts = [json.loads(text) for text in await group.results(show)]
     users = sorted((UserRecord(**u) for part in parts for u in part["users"]), key=lambda u: u.user)
     replies = sorted((ReplyRecord(**{k: v for k, v in r.items() if k != "decode_tokens_per_s"})
