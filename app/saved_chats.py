@@ -10,6 +10,7 @@ from typing import Optional
 
 import chainlit as cl
 
+from app import versions
 from app.history import Conversation
 from app.in_flight import MARK, Keeper, Marker, Partial, marker_of
 from server import chat_db
@@ -41,13 +42,16 @@ async def save_settings(session) -> None:
                                              metadata={"chat_settings": session.chat_settings})
 
 
-def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str) -> Conversation:
-    """Rebuild the model's history from saved steps: user messages and replies only.
+def conversation_from_thread(thread: dict, system_prompt: str,
+                             figures_mark: str) -> tuple[Conversation, versions.Book]:
+    """Rebuild the model's history from saved steps: user messages and replies only; and
+    the earlier versions of its turns, from their replies' metadata (app/versions.py).
 
-    A regenerated reply follows the one it replaced, so the last reply to a message wins,
-    as it did in the chat; a reply still being made (app/in_flight.py) is not a turn yet.  Attached files were not saved: only the typed text comes back.
+    The last reply to a message wins, as it did in the chat; a reply still being made
+    (app/in_flight.py) is not a turn yet.  Attached files were not saved: only the typed
+    text comes back.
     """
-    conversation = Conversation(system_prompt)
+    conversation, book = Conversation(system_prompt), {}
     asked: Optional[dict] = None  # the last user step
     for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
         metadata = step.get("metadata") or {}
@@ -61,7 +65,11 @@ def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str
             user = asked.get("output") or ""
             conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
             conversation.add(user, (step.get("output") or "").split(figures_mark)[0])
-    return conversation
+            found = versions.from_metadata(metadata.get(versions.KEY), step["id"])
+            if found is not None and found[0] == asked["id"]:
+                book[found[0]] = found[1]
+    versions.prune(book, conversation)
+    return conversation, book
 
 
 @dataclass
