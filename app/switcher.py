@@ -4,6 +4,7 @@ the turns that followed that version, shown in place of the others."""
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Optional
 
 import chainlit as cl
@@ -99,7 +100,7 @@ async def switch(action: cl.Action, conversation: Conversation, render: Render, 
     reply = shown.get(entry.reply_id)
     if reply is not None:
         reply.content = render(chosen[0])
-        reply.metadata = {**(reply.metadata or {}), **metadata(message_id, entry)}
+        reply.metadata = {**_metadata_of(reply), **metadata(message_id, entry)}
         await reply.update()
     for index, turn in enumerate(chosen[1:], before + 1):
         again = await cl.Message(content=turn.user, type="user_message",
@@ -120,6 +121,12 @@ async def clear_after(message_id: str) -> None:
     if message_id in ids:
         for message in shown[ids.index(message_id) + 1:]:
             await message.remove()
+
+
+def _metadata_of(message: cl.Message) -> dict:
+    """A reopened chat's messages hold their metadata as the database gave it: on SQLite, JSON text."""
+    found = message.metadata or {}
+    return json.loads(found) if isinstance(found, str) else dict(found)
 
 
 async def _withdraw_gone() -> None:
