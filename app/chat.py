@@ -3,7 +3,7 @@
 Run by the supervisor as ``python -m app.serve run app/chat.py --headless`` (Chainlit's
 CLI without nest_asyncio: app/serve.py).  The handlers stay thin: streaming, history
 fitting, texts, personas, the settings panel, saved chats, attached files, export and
-Regenerate live in their own modules.
+Regenerate with the earlier versions it keeps live in their own modules.
 
 Only real exchanges enter the model's history (:class:`Conversation`).  Every
 other message the chat shows (welcome, notices, errors, figures) is marked
@@ -30,12 +30,12 @@ from app import engine_client as ec
 from app import (admin_page, auth_sessions, boot_cookie, chat_search, drain, export, failover, files_dir,
                  in_flight, live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
                  saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
-                 share_page, share_qr, token_count, upload_check, upload_limit)
+                 share_page, share_qr, switcher, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.busy import BusyGauge
 from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, restored,
                                sampling_extra)
-from app.history import MIN_REPLY_TOKENS, Conversation, TooLong
+from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
 from app.live_stats import LIVE
 from app.math_text import DisplayStream, display_text
 from app.pdf_reader import PdfLimits
@@ -389,7 +389,8 @@ async def _answer(message_id: str, user_text: str, too_long: str,
                   resumed: Optional[in_flight.Partial]) -> None:
     conversation: Conversation = cl.user_session.get("conversation")
     params: ChatParams = cl.user_session.get("params")
-    conversation.ask(message_id, user_text)  # an edit or a regeneration forgets the old turn
+    await switcher.answering(conversation, message_id)  # an edit or a regeneration keeps the old turn
+    conversation.ask(message_id, user_text)  # and the model forgets it
 
     async def prepared():
         model, max_len = await engine_model()
@@ -428,8 +429,15 @@ async def on_regenerate(action: cl.Action) -> None:
     if not await admitted():
         await regenerate.offer(lang())
         return
-    await notice(text(lang(), "regenerated"))
+    await switcher.clear_after(asked[0])  # the new reply takes the old one's place, as an edit's does
     session_tasks.start_stoppable(lambda: answer(*asked))
+
+
+@cl.action_callback(switcher.ACTION)
+async def on_version(action: cl.Action) -> None:
+    if not session_tasks.running() and await switcher.switch(action, cl.user_session.get("conversation"),
+                                                               reply_text, lang()):
+        remember()
 
 
 async def stream_answer(conversation: Conversation, message_id: str, user_text: str, model: str,
@@ -468,7 +476,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         conversation.add(user_text, batcher.text,
                          dict(export.figures_of(stats, params.seed, ""), finish_reason="stopped"))
         if batcher.text:
-            await reply.send()
+            await switcher.send_reply(conversation, message_id, reply, lang())
         await notice(text(lang(), "stopped"))
         raise
     except Exception as exc:
@@ -486,8 +494,14 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
-    reply.content = display_text(batcher.text) + FIGURES_MARK + line + "*"
-    await reply.send()
+    reply.content = reply_text(Turn(user_text, batcher.text, {"line": line}))
+    await switcher.send_reply(conversation, message_id, reply, lang())
+
+
+def reply_text(turn: Turn) -> str:
+    """A finished reply as the chat shows it: its text, then its figures line if it has one."""
+    line = turn.figures.get("line")
+    return display_text(turn.assistant) + (FIGURES_MARK + line + "*" if line else "")
 
 
 async def spend_tokens(stats: ec.ReplyStats) -> None:
@@ -593,14 +607,17 @@ if SETTINGS.chat_db is not None:
         chosen = persona((thread.get("metadata") or {}).get("chat_profile")
                          if isinstance(thread.get("metadata"), dict) else None)
         metrics.chat_opened()
-        start_session(saved_chats.conversation_from_thread(
-            thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK))
+        conversation, versions = saved_chats.conversation_from_thread(
+            thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK)
+        start_session(conversation)
+        switcher.restore(versions)
         # Chainlit put the thread's saved panel values (metadata) in the session: the chat
         # goes on with the settings it was made with, and the panel shows them.
         if saved := cl.context.session.chat_settings:
             use_params(restored(saved, cl.user_session.get("params"), max_reply_budget()))
         await send_panel()
         session_tasks.after_start(carry_on(thread))
+        session_tasks.after_start(switcher.offer_all(lang()))  # on the replies the page shows then
         if moved_here():
             # Chainlit sends the saved steps right after this returns, and the browser replaces
             # what it shows with them: a notice sent now would vanish, so it follows them.

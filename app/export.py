@@ -1,7 +1,7 @@
 """A chat as files to keep or attach to a bug report: Markdown to read, JSON to replay.
 
 Both hold what the model saw (the conversation's turns, as app/history.py keeps
-them: a regenerated reply replaces the old one, an edit forgets what came after),
+them: the version of each turn the chat shows, app/versions.py),
 the settings that shaped the replies and each reply's figures.  The JSON's
 ``messages`` are in the OpenAI chat format, so a QA tester can send them again.
 The texts are built by pure functions; :func:`send` only posts them as files.

@@ -10,6 +10,7 @@ from typing import Optional
 
 import chainlit as cl
 
+from app import versions
 from app.history import Conversation
 from app.in_flight import MARK, Keeper, Marker, Partial, marker_of
 from server import chat_db
@@ -50,19 +51,26 @@ async def save_settings(session) -> None:
                                              metadata={"chat_settings": session.chat_settings})
 
 
+def saved_metadata(metadata) -> dict:
+    """Metadata as the database gives it back: on SQLite, JSON text."""
+    metadata = metadata or {}
+    return json.loads(metadata) if isinstance(metadata, str) else dict(metadata)
+
+
 def step_metadata(step: dict) -> dict:
-    """A saved step's metadata: SQLite gives it back as JSON text."""
-    metadata = step.get("metadata") or {}
-    return json.loads(metadata) if isinstance(metadata, str) else metadata
+    return saved_metadata(step.get("metadata"))
 
 
-def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str) -> Conversation:
-    """Rebuild the model's history from saved steps: user messages and replies only.
+def conversation_from_thread(thread: dict, system_prompt: str,
+                             figures_mark: str) -> tuple[Conversation, versions.Book]:
+    """Rebuild the model's history from saved steps: user messages and replies only; and
+    the earlier versions of its turns, from their replies' metadata (app/versions.py).
 
-    A regenerated reply follows the one it replaced, so the last reply to a message wins,
-    as it did in the chat; a reply still being made (app/in_flight.py) is not a turn yet.  Attached files were not saved: only the typed text comes back.
+    The last reply to a message wins, as it did in the chat; a reply still being made
+    (app/in_flight.py) is not a turn yet.  Attached files were not saved: only the typed
+    text comes back.
     """
-    conversation = Conversation(system_prompt)
+    conversation, book = Conversation(system_prompt), {}
     asked: Optional[dict] = None  # the last user step
     for step in sorted(thread.get("steps") or [], key=lambda s: s.get("createdAt") or ""):
         metadata = step_metadata(step)
@@ -74,7 +82,11 @@ def conversation_from_thread(thread: dict, system_prompt: str, figures_mark: str
             user = asked.get("output") or ""
             conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
             conversation.add(user, (step.get("output") or "").split(figures_mark)[0])
-    return conversation
+            found = versions.from_metadata(metadata.get(versions.KEY), step["id"])
+            if found is not None and found[0] == asked["id"]:
+                book[found[0]] = found[1]
+    versions.prune(book, conversation)
+    return conversation, book
 
 
 @dataclass

@@ -104,7 +104,7 @@ def install(public_url: str, model: str, figures_mark: str) -> None:
             return not_found(request)
         lang = lang_of(request.headers.get("accept-language"))
         thread = shared[1]
-        conversation = conversation_from_thread(thread, "", figures_mark)
+        conversation, _ = conversation_from_thread(thread, "", figures_mark)
         title = thread.get("name") or text(lang, "share_untitled")
         return HTMLResponse(page_html(lang, title, conversation, model, token), headers=HEADERS)
 

@@ -75,9 +75,10 @@ TEXTS: dict[str, dict[str, str]] = {
                       "which kept its history. A reply that was streaming carries on from where it "
                       "was last kept.",
         "regenerate": "Regenerate",
-        "regenerate_tip": "A new reply to the same message; the model's history keeps the new one.",
-        "regenerated": "↻ A new reply to the same message follows; the model's history keeps it "
-                       "instead of the one above.",
+        "regenerate_tip": "A new reply to the same message; the earlier one is kept (◀ ▶).",
+        "version_at": "{k}/{n}",
+        "version_tip": "Version {k} of {n}: ◀ ▶ switch; the model, /export and the saved chat "
+                       "get the one shown.",
         "files_refused": "Not sent to the model, because of the attached file(s):\n{problems}\n\n"
                          "Your text is kept above: send it again without that file.",
         "file_too_big": "**{name}** is {size_mb} MB; a file may have at most {limit_mb} MB.",
@@ -246,8 +247,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "moved_kept": "↪ 此对话所在的聊天服务器已停止，对话带着历史转到另一台服务器继续。"
                       "正在生成的回复从最后保存的文字处继续。",
         "regenerate": "重新生成",
-        "regenerate_tip": "对同一条消息生成新的回复；模型的对话历史保留新的回复。",
-        "regenerated": "↻ 下面是对同一条消息的新回复；模型的对话历史保留它，而不是上面的回复。",
+        "regenerate_tip": "对同一条消息生成新的回复；之前的回复会保留（◀ ▶）。",
+        "version_at": "{k}/{n}",
+        "version_tip": "第 {k} 个版本，共 {n} 个：◀ ▶ 切换；模型、/export 和保存的对话使用显示的版本。",
         "files_refused": "由于附加的文件，消息没有发送给模型：\n{problems}\n\n您的文字保留在上方：请去掉该文件后重新发送。",
         "file_too_big": "**{name}** 大小为 {size_mb} MB；单个文件最多 {limit_mb} MB。",
         "file_empty": "**{name}** 是空文件。",

@@ -197,18 +197,23 @@ def test_chinese_ui_and_welcome(page_factory, chat_app):
     assert "首字" in ask(page, "你好")
 
 
+def reopen(page, title: str) -> None:
+    """Start a new chat, then open the saved one called ``title`` from the history."""
+    page.locator("#new-chat-button").click()
+    confirm = page.locator("#confirm")
+    if confirm.count():
+        confirm.click()
+    page.locator("#thread-history").get_by_text(title).first.click()
+    page.locator(USER).first.wait_for(timeout=30_000)
+
+
 def test_saved_chat_is_resumed_with_its_history(page_factory, saved_chats_app):
     page = page_factory(saved_chats_app.app_url)
     log_in(page, "alice", "wonderland")
     first = ask(page, "Remember the word apricot.")
     first_prompt = int(re.search(r"(\d+) prompt", first).group(1))
 
-    page.locator("#new-chat-button").click()
-    confirm = page.locator("#confirm")
-    if confirm.count():
-        confirm.click()
-    page.locator("#thread-history").get_by_text("Remember the word apricot.").first.click()
-    page.locator(USER).first.wait_for(timeout=30_000)
+    reopen(page, "Remember the word apricot.")
     page.get_by_text(re.compile(r"\d+ prompt \+ 24 reply tokens")).first.wait_for(timeout=30_000)
     second = ask(page, "Which word?")
     second_prompt = int(re.search(r"(\d+) prompt", second).group(1))
