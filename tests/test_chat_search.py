@@ -13,7 +13,6 @@ import datetime as dt
 import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +23,7 @@ from app.texts import FIGURES_MARK, TEXTS
 from chainlit.types import Pagination
 from server import chat_db
 from server.stack.processes import free_port
+from tests.screenshots import screenshot_path
 from tests import postgres
 from tests.conftest import start_app
 from tests.test_admin import USERS, login
@@ -40,7 +40,6 @@ CHATS = {
     ],
     "bob": [("Bob's secret", "my zeppelin password", "Keep your zeppelin password private.")],
 }
-SHOT = Path("/tmp/search.png")
 
 
 # --- the matching ------------------------------------------------------------------------
@@ -185,7 +184,7 @@ def test_sql_wildcards_are_literal_and_a_long_query_is_refused(searching_app):
 
 
 @pytest.mark.browser
-def test_the_sidebar_search_shows_only_the_matching_chat(searching_app, page_factory):  # noqa: F811
+def test_the_sidebar_search_shows_only_the_matching_chat(searching_app, page_factory, tmp_path):  # noqa: F811
     settings, ids = searching_app
     page = page_factory(settings.app_url)
     page.locator("#email").fill("alice")
@@ -202,7 +201,7 @@ def test_the_sidebar_search_shows_only_the_matching_chat(searching_app, page_fac
     box.get_by_text("机器学习").wait_for(state="detached", timeout=30_000)
     assert box.get_by_text(re.compile("Apricot|Discounts|Bob")).count() == 0
     if "chats.db" in str(settings.chat_db):
-        page.screenshot(path=str(SHOT))
+        page.screenshot(path=screenshot_path("search.png", tmp_path))
     box.locator("input").fill("x" * (MAX_QUERY_CHARS + 1))  # Chainlit shows the refusal's text
     refusal = TEXTS["en"]["search_too_long"].format(limit=MAX_QUERY_CHARS)
     page.get_by_text(refusal).first.wait_for(timeout=30_000)

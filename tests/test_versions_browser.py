@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 
+from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, browser, log_in, open_chat, page_factory, reopen, send)
 from tests.test_chat_features import (  # noqa: F401 (short_app is a fixture)
@@ -17,7 +18,6 @@ from tests.test_chat_features import (  # noqa: F401 (short_app is a fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
-SCREENSHOT = "/tmp/versions.png"
 
 
 def switcher(page, k: int, n: int):
@@ -52,7 +52,7 @@ def regenerated(page) -> tuple[str, str]:
     return first, second
 
 
-def test_regenerate_keeps_the_first_reply_and_switches_in_place(page_factory, short_app):
+def test_regenerate_keeps_the_first_reply_and_switches_in_place(page_factory, short_app, tmp_path):
     page = open_chat(page_factory, short_app)
     first, second = regenerated(page)
     assert page.locator(ASSISTANT).filter(has_text="reply tokens").count() == 1, "one reply, in place"
@@ -60,7 +60,7 @@ def test_regenerate_keeps_the_first_reply_and_switches_in_place(page_factory, sh
     prev_button(page).click()
     switcher(page, 1, 2).wait_for(timeout=30_000)
     assert body(last_reply(page)) == body(first)
-    page.screenshot(path=SCREENSHOT)
+    page.screenshot(path=screenshot_path("versions.png", tmp_path))
     next_button(page).click()
     switcher(page, 2, 2).wait_for(timeout=30_000)
     assert body(last_reply(page)) == body(second)
