@@ -211,7 +211,11 @@ def engine_options(target) -> dict:
 
     SQLite: AUTOCOMMIT, so that no session of Chainlit's holds a transaction, and the
     file's write lock, across its awaits: the slowest writes under 8 workers took a
-    third to a half as long (benchmarks/saved_chat_writes.py)."""
+    third to a half as long (benchmarks/saved_chat_writes.py).  With nothing left to roll
+    back, a connection goes back to the pool without a rollback: that rollback, cut short
+    when a page closes or Stop cancels the task saving a step, logged an error each time
+    under load."""
     if is_postgres(str(target)):
         return {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
-    return {"isolation_level": "AUTOCOMMIT", "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    return {"isolation_level": "AUTOCOMMIT", "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S},
+            "pool_reset_on_return": None}

@@ -87,6 +87,32 @@ async def test_the_data_layer_on_sqlite_commits_each_write_and_waits_for_the_loc
     assert pragmas == {"journal_mode": "wal", "synchronous": 1, "busy_timeout": 60_000}
 
 
+async def test_a_connection_goes_back_to_the_pool_without_a_rollback(tmp_path):
+    """Every statement is committed already; the rollback SQLAlchemy would add when the
+    connection goes back to the pool, cancelled with the task of a closed page, logged a
+    traceback each time in the H200's failover run with saved chats.  What is left is the
+    session's own rollback, which the driver ignores in autocommit mode."""
+    path = tmp_path / "chats.db"
+    chat_db.prepare_db(str(path))
+    layer = saved_chats.data_layer(str(path))
+
+    async def one_session(thread_id: str) -> None:
+        async with layer.async_session() as session:
+            await session.begin()  # as Chainlit's execute_sql does
+            await session.execute(text('INSERT INTO threads ("id") VALUES (:id)'), {"id": thread_id})
+    try:
+        await one_session("t1")  # the pool's first connection, with the dialect's own set-up
+        dialect, rollbacks = layer.engine.sync_engine.dialect, []
+        rollback = dialect.do_rollback
+        dialect.do_rollback = lambda connection: (rollbacks.append(connection), rollback(connection))
+        await one_session("t2")
+    finally:
+        await layer.engine.dispose()
+    assert len(rollbacks) == 1, "the pool rolled back on return"
+    with sqlite3.connect(path) as db:
+        assert db.execute('SELECT "id" FROM threads ORDER BY "id"').fetchall() == [("t1",), ("t2",)]
+
+
 def test_workers_writing_chat_steps_at_once_lose_none(tmp_path):
     """Four processes, each with 20 chats saving steps at once through the app's data layer
     (benchmarks/saved_chat_writes.py): every step is in the file."""
