@@ -201,7 +201,7 @@ def test_the_sidebar_search_shows_only_the_matching_chat(searching_app, page_fac
     box.get_by_text("机器学习").wait_for(state="detached", timeout=30_000)
     assert box.get_by_text(re.compile("Apricot|Discounts|Bob")).count() == 0
     if "chats.db" in str(settings.chat_db):
-        page.screenshot(path=screenshot_path("search.png", tmp_path))
+        box.screenshot(path=screenshot_path("search.png", tmp_path))
     box.locator("input").fill("x" * (MAX_QUERY_CHARS + 1))  # Chainlit shows the refusal's text
     refusal = TEXTS["en"]["search_too_long"].format(limit=MAX_QUERY_CHARS)
     page.get_by_text(refusal).first.wait_for(timeout=30_000)
