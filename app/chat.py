@@ -48,7 +48,7 @@ from app.user_limits import Limits, UserLimits, user_key
 from server import chat_db
 from server.auth_store import open_store
 from server.demo_stamp import is_demo_model
-from server.engine_state import read_state
+from server.engine_state import may_come_back, read_state
 from server.settings import auth_headers, load_settings
 from server.usage_log import append_error, append_usage
 
@@ -402,7 +402,8 @@ async def _answer(message_id: str, user_text: str, too_long: str,
     try:
         # The engine may be restarting: its count waits for it as the reply would (failover).
         model, max_len, fitted, resumed = await failover.when_engine_answers(
-            prepared, SETTINGS.continue_wait_s, say_waiting, engine_restarting)
+            prepared, SETTINGS.continue_wait_s, say_waiting,
+            lambda away_s: may_come_back(read_state(SETTINGS), away_s))
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit), too_long)
         return

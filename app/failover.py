@@ -54,13 +54,14 @@ class Outage:
 
 async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
                               on_wait: Callable[[], Awaitable[None]],
-                              restarting: Callable[[], bool] = lambda: True) -> T:
+                              may_come_back: Callable[[float], bool] = lambda waited_s: True) -> T:
     """``call()`` (the steps before a reply: what the engine is, the prompt's count), tried
     again as a reply's request is while the engine is away, for up to ``wait_s``; ``on_wait``
     once when it waits. Any other failure is raised at once, but for the engine's own errors
     (HTTP 500), which are tried again a few times first: these steps only read, and a vLLM
     whose engine core died answered /tokenize with a 500 for a moment before it went away
-    (seen on the H200: 2-4 chats in 800-3,700)."""
+    (seen on the H200: 2-4 chats in 800-3,700).  An engine that is not there and, by
+    ``may_come_back(seconds away)``, will not come back is said to be down at once."""
     outage = Outage(wait_s, on_wait)
     while True:
         try:
@@ -69,8 +70,8 @@ async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
             waited_s = outage.waited_s()
             kind = ec.error_kind(exc)
             transient = kind == "engine_error" and outage.tries < TELL_AFTER_TRIES - 1
-            # Nothing listening and no restart on its way: an engine that is down, said at once.
-            down = kind == "unreachable" and outage.tries >= TELL_AFTER_TRIES - 1 and not restarting()
+            down = (kind == "unreachable" and outage.tries >= TELL_AFTER_TRIES - 1
+                    and not may_come_back(waited_s))
             if down or not transient and next_step(kind, "", 0, 1, waited_s, wait_s) != "retry":
                 raise
             await outage.pause()

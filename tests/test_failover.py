@@ -19,6 +19,7 @@ import pytest
 
 from app.engine_client import ReplyStats, make_client
 from app.failover import TELL_AFTER_TRIES, resilient_reply, when_engine_answers
+from server.engine_state import DEATH_NOTICE_S, may_come_back
 from server.settings import Settings
 
 
@@ -175,3 +176,30 @@ async def test_an_engine_error_is_tried_a_few_times_then_raised():
     with pytest.raises(ValueError):
         await when_engine_answers(call, 10.0, on_wait)
     assert len(calls) == 1
+
+
+async def test_an_engine_that_will_not_come_back_is_said_down_after_the_quick_tries():
+    gone = openai.APIConnectionError(request=httpx.Request("POST", "http://engine/tokenize"))
+    asked = []
+
+    def may_come_back(away_s: float) -> bool:
+        asked.append(away_s)
+        return len(asked) < 3  # the supervisor notices the death on its third look
+
+    async def on_wait():
+        pass
+    call, calls = failing([gone] * 20)
+    with pytest.raises(openai.APIConnectionError):
+        await when_engine_answers(call, 60.0, on_wait, may_come_back)
+    assert len(calls) == TELL_AFTER_TRIES + 2 and asked == sorted(asked) and asked[0] > 0
+
+
+@pytest.mark.parametrize("state, away_s, wait", [
+    ({"state": "restarting"}, 100.0, True), ({"state": "starting"}, 100.0, True),
+    ({"state": "ready"}, 1.0, True),         # vLLM's API servers are gone before its main process
+    ({"state": "ready"}, DEATH_NOTICE_S, False),
+    ({"state": "failed"}, 0.0, False), ({"state": "stopped"}, 0.0, False),
+    ({}, 0.0, False),                        # no supervisor: an engine elsewhere
+])
+def test_an_engine_is_waited_for_while_its_supervisor_may_bring_it_back(state, away_s, wait):
+    assert may_come_back(state, away_s) is wait
