@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from server.engine_state import read_state
-from server.loadtest.lib import kills
 from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import port_free
@@ -166,30 +165,6 @@ def test_engine_killed_mid_reply_restarts_and_the_reply_goes_on_with_history_kep
         # The continued reply went back to the model whole, as one turn (re-tokenized from
         # text, so a little shorter than generated); the first exchange no longer fits the window.
         assert prompt_tokens(after) > first_prompt + 0.8 * REPLY_TOKENS
-        await chat.close()
-    run(scenario())
-
-
-def test_a_message_sent_as_the_engine_core_dies_waits_for_the_restart(stack):
-    """When vLLM's engine core dies, its API server closes the port at once and its main
-    process, whose exit the supervisor sees, ends seconds later; meanwhile the supervisor still
-    says the engine is ready.  A message sent then was told the engine was not reachable (116
-    of 736 messages on the H200, one copy, 200 users); it now waits for the restart."""
-    wait_engine_ready(stack)
-    async def scenario():
-        chat = await open_chat(stack.url)
-        mark = len(stack.lines)
-        core = kills.find(kills.parse_kill("engine:0@0"), stack.app_port)
-        os.kill(core.pid, signal.SIGKILL)
-        for _ in range(100):  # the port closed, and the supervisor has not yet seen vLLM go
-            if port_free("127.0.0.1", stack.engine_port):
-                break
-            await asyncio.sleep(0.1)
-        assert read_state(stack.settings).get("state") == "ready"
-        chat.next_turn("Hello, just after the crash.")
-        await asyncio.wait_for(chat.ask(), CONTINUE_WAIT_S + 30)
-        assert chat.record.complete and not chat.record.error, chat.record
-        assert "vLLM ready at" in "\n".join(stack.lines[mark:])
         await chat.close()
     run(scenario())
 

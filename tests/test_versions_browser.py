@@ -128,8 +128,11 @@ def test_a_reopened_saved_chat_has_its_versions(page_factory, saved_chats_app):
     assert body(last_reply(page)) == body(second)
     with sqlite3.connect(saved_chats_app.chat_db) as db:
         for _ in range(50):
-            saved = db.execute("SELECT metadata FROM steps WHERE type = 'assistant_message' "
-                               "AND output LIKE '%reply tokens%'").fetchall()
+            saved = db.execute(  # this chat's replies: the app's database is the session's
+                "SELECT metadata FROM steps WHERE type = 'assistant_message' AND output LIKE "
+                "'%reply tokens%' AND \"threadId\" = (SELECT \"threadId\" FROM steps WHERE type = "
+                "'user_message' AND output = 'Tell me about tea.' ORDER BY \"createdAt\" DESC LIMIT 1)"
+            ).fetchall()
             if saved and json.loads(saved[-1][0])["versions"]["shown"] == 1:
                 break
             page.wait_for_timeout(100)
