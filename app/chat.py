@@ -601,7 +601,7 @@ if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
     chat_search.install()
-    share_page.install(SETTINGS.public_url, SETTINGS.served_model_name, FIGURES_MARK)
+    share_page.install(SETTINGS.public_url, SETTINGS.served_model_name)
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
@@ -609,7 +609,7 @@ if SETTINGS.chat_db is not None:
                          if isinstance(thread.get("metadata"), dict) else None)
         metrics.chat_opened()
         conversation, versions = saved_chats.conversation_from_thread(
-            thread, chosen.system_prompt or SETTINGS.system_prompt, FIGURES_MARK)
+            thread, chosen.system_prompt or SETTINGS.system_prompt)
         start_session(conversation)
         switcher.restore(versions)
         # Chainlit put the thread's saved panel values (metadata) in the session: the chat

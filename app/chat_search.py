@@ -24,7 +24,7 @@ from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagin
 from fastapi import HTTPException, Request
 
 from app.saved_chats import step_metadata
-from app.texts import FIGURES_MARK, lang_of, text
+from app.texts import lang_of, text, without_figures
 
 PATH = "/project/threads"
 # A person types a few words; a longer query is a script's, and each costs a pass over
@@ -55,7 +55,7 @@ def searched_texts(thread: dict) -> list[str]:
     for step in thread.get("steps") or []:
         reply = step.get("type") == "assistant_message" and step_metadata(step).get("kind") == "reply"
         if step.get("type") == "user_message" or reply:
-            texts.append((step.get("output") or "").split(FIGURES_MARK)[0])
+            texts.append(without_figures(step.get("output") or ""))
     return texts
 
 

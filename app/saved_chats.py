@@ -12,6 +12,7 @@ import chainlit as cl
 
 from app import versions
 from app.history import Conversation
+from app.texts import without_figures
 from app.in_flight import MARK, Keeper, Marker, Partial, marker_of
 from server import chat_db
 
@@ -61,8 +62,7 @@ def step_metadata(step: dict) -> dict:
     return saved_metadata(step.get("metadata"))
 
 
-def conversation_from_thread(thread: dict, system_prompt: str,
-                             figures_mark: str) -> tuple[Conversation, versions.Book]:
+def conversation_from_thread(thread: dict, system_prompt: str) -> tuple[Conversation, versions.Book]:
     """Rebuild the model's history from saved steps: user messages and replies only; and
     the earlier versions of its turns, from their replies' metadata (app/versions.py).
 
@@ -81,7 +81,7 @@ def conversation_from_thread(thread: dict, system_prompt: str,
               and marker_of(metadata) is None):  # a reply still being made is not history yet
             user = asked.get("output") or ""
             conversation.ask(asked["id"], user)  # forgets an earlier reply to the same message
-            conversation.add(user, (step.get("output") or "").split(figures_mark)[0])
+            conversation.add(user, without_figures(step.get("output") or ""))
             found = versions.from_metadata(metadata.get(versions.KEY), step["id"])
             if found is not None and found[0] == asked["id"]:
                 book[found[0]] = found[1]

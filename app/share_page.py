@@ -82,7 +82,7 @@ def not_found_html(lang: str) -> str:
     return _page(lang, message, f"<h1>{escape(message)}</h1>")
 
 
-def install(public_url: str, model: str, figures_mark: str) -> None:
+def install(public_url: str, model: str) -> None:
     """Add the shared chats' routes to Chainlit's server (saved chats on); call at import time."""
     from chainlit.data import get_data_layer
     from chainlit.server import app
@@ -104,7 +104,7 @@ def install(public_url: str, model: str, figures_mark: str) -> None:
             return not_found(request)
         lang = lang_of(request.headers.get("accept-language"))
         thread = shared[1]
-        conversation, _ = conversation_from_thread(thread, "", figures_mark)
+        conversation, _ = conversation_from_thread(thread, "")
         title = thread.get("name") or text(lang, "share_untitled")
         return HTMLResponse(page_html(lang, title, conversation, model, token), headers=HEADERS)
 

@@ -10,6 +10,11 @@ import math
 
 FIGURES_MARK = "\n\n*⏱ "  # starts the figures line appended to a finished reply
 
+
+def without_figures(shown: str) -> str:
+    """A reply as the model wrote it, from the text the chat shows and saves."""
+    return shown.split(FIGURES_MARK)[0]
+
 TEXTS: dict[str, dict[str, str]] = {
     "en": {
         "welcome": "Hello! I am **{model}**, served by {server}. Ask me anything; "

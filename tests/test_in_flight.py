@@ -53,7 +53,7 @@ def test_no_orphan_where_this_process_writes_it_it_finished_or_a_newer_message_f
 def test_a_reply_in_flight_is_not_history_yet():
     saved = thread(user("u1", "Hi", "1"), reply("r1", "Hello.", "2"),
                    user("u2", "More", "3"), reply("r2", "Once upon", "4", MARK))
-    conversation, _ = conversation_from_thread(saved, "system", "\n\n*⏱ ")
+    conversation, _ = conversation_from_thread(saved, "system")
     assert [(t.user, t.assistant) for t in conversation.turns] == [("Hi", "Hello.")]
     assert conversation.last_asked() == ("u2", "More")
 

@@ -10,8 +10,7 @@ import pytest
 from app import versions
 from app.history import Conversation, Turn
 from app.saved_chats import conversation_from_thread
-
-MARK = "\n\n*⏱ "
+from app.texts import FIGURES_MARK as MARK
 
 
 def chat(*exchanges: tuple[str, str]) -> Conversation:
@@ -268,7 +267,7 @@ def test_a_saved_chat_gives_back_its_versions(two_versions):
     reply_meta = {"kind": "reply", versions.KEY: versions.to_metadata("m0", book["m0"])}
     thread = {"steps": [step("m0", "user_message", "tea?", "1"),
                         step("r1", "assistant_message", f"black{MARK}line*", "2", json.dumps(reply_meta))]}
-    conversation, saved = conversation_from_thread(thread, "system", MARK)
+    conversation, saved = conversation_from_thread(thread, "system")
     assert replies(conversation) == ["black"]
     assert set(saved) == {"m0"} and saved["m0"].reply_id == "r1" and saved["m0"].label() == (2, 2)
 
@@ -278,5 +277,5 @@ def test_versions_saved_under_another_message_are_not_taken(two_versions):
     reply_meta = {"kind": "reply", versions.KEY: versions.to_metadata("m7", book["m0"])}
     thread = {"steps": [step("m0", "user_message", "tea?", "1"),
                         step("r1", "assistant_message", "black", "2", reply_meta)]}
-    _, saved = conversation_from_thread(thread, "system", MARK)
+    _, saved = conversation_from_thread(thread, "system")
     assert saved == {}
