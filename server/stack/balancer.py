@@ -273,6 +273,9 @@ def key_check(front: Frontend) -> list[str]:
             "hdr WWW-Authenticate Bearer unless keyed || { path /health } { method GET HEAD }"]
 
 
+WITHOUT_BALANCER = "set ERNIE_APP_WORKERS=1 and ERNIE_ENGINE_COPIES=1 to run without one."
+
+
 def haproxy_path() -> str:
     """The HAProxy binary, or a message that says how to install it."""
     found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
@@ -280,8 +283,7 @@ def haproxy_path() -> str:
         raise BalancerMissing(
             "Several app workers or engine copies need HAProxy as their balancer, and it is not "
             "installed. Install it (Debian/Ubuntu: sudo apt-get install haproxy; Fedora: sudo dnf "
-            "install haproxy; macOS: brew install haproxy), or set ERNIE_APP_WORKERS=1 and "
-            "ERNIE_ENGINE_COPIES=1 to run without one.")
+            f"install haproxy; macOS: brew install haproxy), or {WITHOUT_BALANCER}")
     return found
 
 
@@ -303,8 +305,7 @@ def ensure_haproxy() -> str:
                               "-y -qq haproxy", shell=True, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise BalancerMissing(f"Installing HAProxy with apt-get failed (its output: {log}). Install it "
-                              "by hand (sudo apt-get install haproxy), or set ERNIE_APP_WORKERS=1 and "
-                              "ERNIE_ENGINE_COPIES=1 to run without one.")
+                              f"by hand (sudo apt-get install haproxy), or {WITHOUT_BALANCER}")
     return haproxy_path()
 
 
