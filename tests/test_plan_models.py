@@ -97,6 +97,7 @@ def test_valid_values(monkeypatch, value, entries):
     ("a:8192:0", "share '0' must be"),
     ("a:8192:half", "share 'half' must be"),
     ("a:8192,b,a::0.2", "a is listed more than once"),
+    ("/x/model,/y/model", "two models would be served as model (the last part of their names)"),
 ])
 def test_bad_values_say_what_was_wrong_and_what_to_write(monkeypatch, value, says):
     monkeypatch.setenv("ERNIE_MODELS", value)
@@ -105,7 +106,7 @@ def test_bad_values_say_what_was_wrong_and_what_to_write(monkeypatch, value, say
     message = str(info.value)
     assert f"ERNIE_MODELS={value!r}" in message
     assert says in message
-    if "more than once" not in says:
+    if "more than once" not in says and "served as" not in says:
         assert "write name[:max_model_len[:share]], comma-separated" in message
 
 
@@ -116,6 +117,7 @@ def test_bad_values_say_what_was_wrong_and_what_to_write(monkeypatch, value, say
     ({"ERNIE_MODELS": "a::0.5,b::0.4,c"}, "leaving nothing for c (given no share)"),
     ({"ERNIE_MODELS": "a,b", "ERNIE_KV_CACHE_GIB": "4"}, "unset ERNIE_KV_CACHE_GIB"),
     ({"ERNIE_MODELS": "a,b", "ERNIE_ENGINE_COPIES": "2"}, "set ERNIE_ENGINE_COPIES=1"),
+    ({"ERNIE_MODELS": "a,b", "ERNIE_ENGINE_URL": "http://10.0.0.5:8000"}, "unset one of them"),
 ])
 def test_settings_that_disagree_with_the_models_are_refused(monkeypatch, env, says):
     for name, value in env.items():
@@ -123,6 +125,25 @@ def test_settings_that_disagree_with_the_models_are_refused(monkeypatch, env, sa
     with pytest.raises(SettingsError) as info:
         load_settings()
     assert says in str(info.value)
+
+
+def test_each_model_is_served_under_the_last_part_of_its_name_on_the_ports_from_the_engines(monkeypatch):
+    monkeypatch.setenv("ERNIE_ENGINE_HOST", "0.0.0.0")
+    monkeypatch.setenv("ERNIE_ENGINE_PORT", "9100")
+    monkeypatch.setenv("ERNIE_MAX_MODEL_LEN", "4096")
+    monkeypatch.setenv("ERNIE_API_KEY", "k" * 32)
+    monkeypatch.setenv("ERNIE_MODELS", f"{ERNIE}:8192,/models/other/")
+    first, second = load_settings().served_models
+    assert (first.served_name, first.port, first.max_model_len, first.base_url) == (
+        "ERNIE-4.5-0.3B-PT", 9100, 8192, "http://127.0.0.1:9100")
+    assert (second.name, second.served_name, second.port, second.max_model_len) == (
+        "/models/other/", "other", 9101, 4096)
+
+
+def test_without_models_the_one_model_is_served_where_the_engine_settings_say(monkeypatch):
+    monkeypatch.setenv("ERNIE_SERVED_MODEL_NAME", "mine")
+    (only,) = load_settings().served_models
+    assert (only.served_name, only.port, only.base_url) == ("mine", 8000, "http://127.0.0.1:8000")
 
 
 def test_shares_within_a_lower_utilization(monkeypatch):

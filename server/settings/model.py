@@ -7,7 +7,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from server.settings.model_list import ModelEntry, checked_models, models_problems, parse_models
+from server.settings.model_list import (ModelEntry, ServedModel, checked_models, models_problems, parse_models,
+                                        served_name_of)
+from server.settings.network import client_url
 
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
@@ -44,4 +46,17 @@ class ModelSettings(BaseModel):
         if not self.models:
             return []
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
-                               self.engine_copies)
+                               self.engine_copies, engine_url=self.engine_url)
+
+    @property
+    def served_models(self) -> tuple[ServedModel, ...]:
+        """Every model the chat offers: ERNIE_MODEL alone where the engine settings say, else
+        each of ERNIE_MODELS on ERNIE_ENGINE_PORT and the ports after it, in their order."""
+        if not self.models:
+            return (ServedModel(self.model, self.served_model_name, self.engine_host, self.engine_port,
+                                self.max_model_len, self.engine_base_url),)
+        return tuple(
+            ServedModel(entry.name, served_name_of(entry.name), self.engine_host, self.engine_port + i,
+                        entry.max_model_len or self.max_model_len,
+                        client_url(self.engine_host, self.engine_port + i))
+            for i, entry in enumerate(self.model_entries))

@@ -5,6 +5,11 @@ The syntax is ``name[:max_model_len[:share]]``, comma-separated, for example
 is typed into a .env line; a model name cannot hold ":" (hub ids and POSIX folders never need
 one). An omitted max-model-len is ERNIE_MAX_MODEL_LEN; an omitted share is computed by
 ``ernie-chat plan`` from what the model needs (server/plan/models.py).
+
+Each model is served by a vLLM of its own, the first on ERNIE_ENGINE_PORT and the next ones
+on the ports after it, under the last part of its name (``baidu/ERNIE-4.5-0.3B-PT`` is served
+as ``ERNIE-4.5-0.3B-PT``): fixed ports, so that the app and the CLI's load tools find a model
+from the settings alone (:func:`served_models`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,18 @@ from typing import Optional
 GIB = 1024**3
 SYNTAX = ("write name[:max_model_len[:share]], comma-separated, e.g. "
           "baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model as clients reach it: the name requests carry, and where its engine listens."""
+
+    name: str            # as in the settings: hub id, folder, or "demo"
+    served_name: str     # what /v1/models answers and requests name
+    host: str            # where its engine listens (may be a wildcard; see base_url)
+    port: int
+    max_model_len: int
+    base_url: str        # where a client on this machine reaches it
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,11 @@ def parse_entry(item: str, position: int) -> ModelEntry:
     return ModelEntry(parts[0], parse_max_model_len(item, parts[1]), parse_share(item, parts[2]))
 
 
+def served_name_of(name: str) -> str:
+    """The name a model of ERNIE_MODELS is served under: the last part of its hub id or folder."""
+    return name.rstrip("/").rsplit("/", 1)[-1]
+
+
 def parse_models(text: str) -> tuple[ModelEntry, ...]:
     """The models of an ERNIE_MODELS value; () when it is empty. ValueError says what to write."""
     if not text.strip():
@@ -68,6 +90,10 @@ def parse_models(text: str) -> tuple[ModelEntry, ...]:
     if twice := sorted({name for name in names if names.count(name) > 1}):
         raise ValueError(f"{', '.join(twice)} is listed more than once: list each model once and "
                          "give it a larger share instead")
+    served = [served_name_of(name) for name in names]
+    if clash := sorted({name for name in served if served.count(name) > 1}):
+        raise ValueError(f"two models would be served as {', '.join(clash)} (the last part of their "
+                         "names): rename or link one of the folders")
     return entries
 
 
@@ -77,7 +103,8 @@ def checked_models(value: str) -> str:
 
 
 def models_problems(entries: tuple[ModelEntry, ...], utilization: float, kv_cache_gib: Optional[float],
-                    engine_copies: int, total_bytes: Optional[int] = None) -> list[str]:
+                    engine_copies: int, total_bytes: Optional[int] = None,
+                    engine_url: Optional[str] = None) -> list[str]:
     """What the other settings must be for these models; ``total_bytes`` adds GiB to the figures."""
     problems = []
     given = sum(entry.share for entry in entries if entry.share is not None)
@@ -97,4 +124,7 @@ def models_problems(entries: tuple[ModelEntry, ...], utilization: float, kv_cach
                         "model's pool comes from its share: unset ERNIE_KV_CACHE_GIB")
     if engine_copies > 1:
         problems.append("ERNIE_MODELS runs one copy of each model: set ERNIE_ENGINE_COPIES=1")
+    if engine_url:
+        problems.append("ERNIE_MODELS are served by engines the stack starts, ERNIE_ENGINE_URL points "
+                        "at one that runs elsewhere: unset one of them")
     return problems
