@@ -63,9 +63,27 @@ def log_in(page, user, password):
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
 
 
-def send(page, text):
-    page.locator("#chat-input").fill(text)
-    page.keyboard.press("Enter")
+def send(page, text, tries: int = 3):
+    """Type ``text``, press Enter and wait until the chat shows it as sent.
+
+    The chat shows a sent message at once (before the server has it). With saved chats,
+    Chainlit moves the page to /thread/<id> after a chat's first message, once it has
+    fetched the chat list, and the input mounted again drops what was typed meanwhile
+    (docs/notes.md); on a loaded machine that can come after a quick first answer. A
+    message the chat does not show within seconds is typed again.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    before = page.locator(USER).count()
+    for attempt in range(tries):
+        page.locator("#chat-input").fill(text)
+        page.keyboard.press("Enter")
+        try:
+            page.wait_for_function(f"n => document.querySelectorAll('{USER}').length > n",
+                                   arg=before, timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
 
 
 def ask(page, text, timeout_s=120):
