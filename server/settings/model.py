@@ -35,7 +35,8 @@ class ModelSettings(BaseModel):
         "(e.g. baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768): each with its longest "
         "request (default ERNIE_MAX_MODEL_LEN) and its share of the GPU's total memory (default: "
         "the rest of ERNIE_GPU_MEMORY_UTILIZATION, split by what each needs). Unset: ERNIE_MODEL "
-        "alone. Planned by `ernie-chat plan`; `up` does not serve several models yet.",
+        "alone. `up` serves each by a vLLM of its own, the first on ERNIE_ENGINE_PORT and the "
+        "next ones on the ports after it, under the last part of its name (docs/models.md).",
     )
 
     @property
