@@ -158,8 +158,17 @@ def cmd_settings(args: argparse.Namespace) -> int:
         shown["chat_db"] = without_password(settings.chat_db)
     print(json.dumps(shown, indent=2, ensure_ascii=False))
     device = resolve_device(settings)
-    command = engine_command(settings, settings.model, device, "python")
-    print(f"\nvLLM command on {device}:\n  {command.printable()}")
+    if not settings.models:
+        command = engine_command(settings, settings.model, device, "python")
+        print(f"\nvLLM command on {device}:\n  {command.printable()}")
+        return 0
+    from server.stack.model_tiers import tier_settings
+    for model, entry in zip(settings.served_models, settings.model_entries):
+        command = engine_command(tier_settings(settings, model, entry.share), model.name, device, "python")
+        print(f"\nvLLM command of {model.served_name} on {device}:\n  {command.printable()}")
+    if device == "cuda":
+        print("\nA share not given in ERNIE_MODELS is `up`'s plan (`ernie-chat plan`), not the "
+              "--gpu-memory-utilization shown.")
     return 0
 
 

@@ -129,3 +129,14 @@ def test_the_app_workers_load_the_same_models(tmp_path, monkeypatch):
         if name.startswith("ERNIE_"):
             monkeypatch.setenv(name, value)
     assert load_settings().served_models == s.served_models
+
+
+def test_settings_shows_each_models_vllm_command(monkeypatch, capsys):
+    monkeypatch.setenv("ERNIE_MODELS", MODELS)
+    monkeypatch.setenv("ERNIE_ENGINE_PORT", "9000")
+    monkeypatch.setenv("ERNIE_DEVICE", "cpu")
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM command of other on cpu:\n  python -m server.stack.vllm_serve /models/other " \
+           "--served-model-name other --host 127.0.0.1 --port 9001 --max-model-len 2048" in out
+    assert "--served-model-name ERNIE-4.5-0.3B-PT --host 127.0.0.1 --port 9000 --max-model-len 8192" in out
