@@ -14,12 +14,16 @@ from server.settings.network import client_url
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
 DEMO_MODEL = "demo"
+# A second built-in demo model, smaller and of another vocabulary (server/stack/demo_model.py):
+# served beside `demo` (ERNIE_MODELS) it shows which model answered.
+DEMO_SMALL_MODEL = "demo-small"
 
 
 class ModelSettings(BaseModel):
     model: str = Field(
         DEFAULT_MODEL,
-        description="Hub id or local folder of the model; 'demo' for the built-in demo model. "
+        description="Hub id or local folder of the model; 'demo' for the built-in demo model "
+        "('demo-small': a smaller one, built into ERNIE_DEMO_MODEL_DIR-small). "
         "A hub id that cannot be reached (no local copy, no network) falls back to the demo model.",
     )
     served_model_name: str = Field(

@@ -170,7 +170,7 @@ class EngineTier:
         choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
         if choice.is_demo:
-            provision.ensure_demo_model(Path(choice.path), python, self.root)
+            provision.ensure_demo_model(Path(choice.path), python, self.root, choice.demo_size)
         self.model_path, self.is_demo = choice.path, choice.is_demo
 
     def build_commands(self) -> None:
