@@ -21,10 +21,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     from server.passwords import plain_warning
     from server.stack import supervisor
     settings = load_settings()
-    if settings.models:
-        from server.errors import BadInput
-        raise BadInput("ERNIE_MODELS is planned by `ernie-chat plan` but not served yet: unset it "
-                       "and set ERNIE_MODEL to the one model to serve.")
     if warning := plain_warning(settings.user_passwords):
         print(warning, file=sys.stderr)
     return supervisor.run(settings)
@@ -85,16 +81,29 @@ def cmd_revoke_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine_logs() -> list[Path]:
+    """llm.log, or with ERNIE_MODELS each model's (server/stack/model_tiers.py)."""
+    from server.stack.model_tiers import model_log_path
+    settings = load_settings()
+    if not settings.models:
+        return [settings.log_file]
+    return [model_log_path(settings.log_file, model.served_name) for model in settings.served_models]
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    paths = [Path(args.log)] if args.log else engine_logs()
+    return max(doctor_report(path, args) for path in paths)
+
+
+def doctor_report(path: Path, args: argparse.Namespace) -> int:
     from server.stack import doctor
     from server.stack.vllm_log import read_tail
-    path = Path(args.log) if args.log else load_settings().log_file
     if not path.exists():
         print(f"No log at {path}: start the stack once (./scripts/up) or pass --log FILE.")
         return 2
     findings = doctor.diagnose(read_tail(path), since_last_start=not args.all)
     if args.json:
-        print(json.dumps([f.__dict__ for f in findings], indent=2))
+        print(json.dumps([{**f.__dict__, "log": str(path)} for f in findings], indent=2))
     elif findings:
         print(f"{len(findings)} problem(s) found in {path}:\n")
         print("\n\n".join(f.render() for f in findings))
@@ -117,16 +126,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     from server.metrics import NoEngineStats, fetch_metrics
     settings = load_settings()
     while True:
-        try:
-            line = fetch_metrics(settings.engine_base_url, settings.api_key_value).summary()
-        except httpx.HTTPError as exc:
-            print(f"The engine at {settings.engine_base_url} does not answer ({exc}). "
-                  "Is ./scripts/up running?")
-            return 1
-        except NoEngineStats as exc:
-            print(exc)
-            return 1
-        print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
+        for model in settings.served_models:  # with ERNIE_MODELS, each model's engine
+            try:
+                line = fetch_metrics(model.base_url, settings.api_key_value).summary()
+            except httpx.HTTPError as exc:
+                print(f"The engine at {model.base_url} does not answer ({exc}). "
+                      "Is ./scripts/up running?")
+                return 1
+            except NoEngineStats as exc:
+                print(exc)
+                return 1
+            name = f"{model.served_name}  " if settings.models else ""
+            print(f"{time.strftime('%H:%M:%S')}  {name}{line}", flush=True)
         if not args.watch:
             return 0
         time.sleep(args.every)
@@ -147,8 +158,17 @@ def cmd_settings(args: argparse.Namespace) -> int:
         shown["chat_db"] = without_password(settings.chat_db)
     print(json.dumps(shown, indent=2, ensure_ascii=False))
     device = resolve_device(settings)
-    command = engine_command(settings, settings.model, device, "python")
-    print(f"\nvLLM command on {device}:\n  {command.printable()}")
+    if not settings.models:
+        command = engine_command(settings, settings.model, device, "python")
+        print(f"\nvLLM command on {device}:\n  {command.printable()}")
+        return 0
+    from server.stack.model_tiers import tier_settings
+    for model, entry in zip(settings.served_models, settings.model_entries):
+        command = engine_command(tier_settings(settings, model, entry.share), model.name, device, "python")
+        print(f"\nvLLM command of {model.served_name} on {device}:\n  {command.printable()}")
+    if device == "cuda":
+        print("\nA share not given in ERNIE_MODELS is `up`'s plan (`ernie-chat plan`), not the "
+              "--gpu-memory-utilization shown.")
     return 0
 
 

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from server.paths import ROOT
 from server.settings import Settings
@@ -57,7 +58,8 @@ def serving(up: "Up", timeout_s: float = 1200):
 class Up:
     """`ernie-chat up` in a subprocess, its output collected by a reader thread."""
 
-    def __init__(self, tmp: Path, **env: str):
+    def __init__(self, tmp: Path, **env: Optional[str]):
+        """``env`` overrides the defaults below; None unsets one."""
         self.engine_port, self.app_port, self.metrics_port = free_port(), free_port(), free_port()
         self.settings = Settings(_env_file=None, log_file=tmp / "llm.log")  # where its state file is
         self.env = {**os.environ, "ERNIE_MODEL": "demo", "ERNIE_ENGINE_PORT": str(self.engine_port),
@@ -65,6 +67,7 @@ class Up:
                     "ERNIE_LOG_FILE": str(tmp / "llm.log"),
                     "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1",
                     "ERNIE_LIVE_CHATS_DIR": str(tmp / "live-chats"), **env}
+        self.env = {name: value for name, value in self.env.items() if value is not None}
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []

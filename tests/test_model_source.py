@@ -45,6 +45,12 @@ def test_demo_asks_for_the_demo_model(tmp_path):
     assert choice.path == str(tmp_path / ".cache" / "demo-model")  # anchored at the project
 
 
+def test_demo_small_asks_for_the_smaller_demo_model_beside_it(tmp_path):
+    choice = choose_model(settings("demo-small"), reachable=never_called, root=tmp_path)
+    assert choice.is_demo and choice.demo_size == "small"
+    assert choice.path == str(tmp_path / ".cache" / "demo-model-small")
+
+
 def test_existing_folder_is_served_as_it_is(tmp_path):
     folder = tmp_path / "my-checkpoint"
     folder.mkdir()

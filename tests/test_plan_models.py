@@ -309,15 +309,3 @@ def test_cli_table_and_exit_status(big):
     result = json.loads(refused.stdout)
     assert [m["model"] for m in result["models"]] == [ERNIE, big]
     assert "short by" in result["problems"][0]
-
-
-def test_up_refuses_models_it_does_not_serve_yet(monkeypatch, big, capsys):
-    from server.cli import main
-    from server.stack import supervisor
-
-    def started(settings):
-        raise AssertionError("up started the stack with ERNIE_MODELS set")
-    monkeypatch.setattr(supervisor, "run", started)
-    monkeypatch.setenv("ERNIE_MODELS", f"{ERNIE},{big}")
-    assert main(["up"]) == BadInput.exit_code
-    assert "ERNIE_MODELS is planned by `ernie-chat plan` but not served yet" in capsys.readouterr().err

@@ -177,3 +177,32 @@ def plan_models(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape
     if problem := free_problem(min(sum(shares), utilization), memory):
         problems.append(problem)
     return ModelsPlan(memory, utilization, models, tuple(problems))
+
+
+def cpu_problems(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape]],
+                 memory: DeviceMemory) -> list[str]:
+    """On a CPU each model's vLLM gets the KV pool one model gets alone (ERNIE_KV_CACHE_GIB is
+    refused with ERNIE_MODELS): each pool must hold one request of its max-model-len, and the
+    pools together must fit in the memory free now."""
+    problems, pools = [], 0
+    for entry, shape in shaped:
+        alone = model_settings(settings, entry.name, entry.max_model_len or settings.max_model_len,
+                               settings.gpu_memory_utilization)
+        problems += [f"{entry.name}: {problem}" for problem in preflight.check(alone, shape, memory)]
+        pools += int(alone.cpu_kv_cache_gib * GIB)
+    if pools > memory.free_bytes:
+        problems.append(f"The models' KV pools add up to {pools / GIB:.2f} GiB, but only "
+                        f"{memory.free_bytes / GIB:.2f} GiB of memory are free: short by "
+                        f"{(pools - memory.free_bytes) / GIB:.2f} GiB. Serve fewer models or "
+                        "stop other programs.")
+    return problems
+
+
+def fit(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape]],
+        memory: DeviceMemory) -> tuple[tuple[Optional[float], ...], list[str]]:
+    """Each model's share of the GPU (None on a CPU) and every reason the set does not fit;
+    on a GPU the plan `ernie-chat plan --models` prints."""
+    if memory.kind != "cuda":
+        return (None,) * len(shaped), cpu_problems(settings, shaped, memory)
+    planned = plan_models(settings, shaped, memory)
+    return tuple(model.share for model in planned.models), list(planned.problems)

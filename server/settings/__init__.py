@@ -29,7 +29,7 @@ from server.settings.engine import EngineSettings
 from server.settings.kv import KvSettings
 from server.settings.limits import LimitSettings
 from server.settings.login import LoginSettings
-from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, ModelSettings
+from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, DEMO_SMALL_MODEL, ModelSettings
 from server.settings.monitoring import MonitoringSettings
 from server.settings.oidc import OidcSettings
 from server.settings.network import NetworkSettings, app_exposed, client_url, engine_exposed, is_loopback
@@ -38,7 +38,7 @@ from server.settings.stream import StreamSettings
 from server.settings.text import ENV_PREFIX, env_name
 from server.settings.tls import TlsSettings
 
-__all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "Settings", "SettingsError", "app_exposed", "auth_headers",
+__all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "DEMO_SMALL_MODEL", "Settings", "SettingsError", "app_exposed", "auth_headers",
            "client_url", "engine_exposed", "env_example", "env_name", "is_loopback", "load_settings"]
 
 # In the order .env.example lists them.

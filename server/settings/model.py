@@ -14,12 +14,16 @@ from server.settings.network import client_url
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 # The word that asks for the built-in demo model instead of a checkpoint.
 DEMO_MODEL = "demo"
+# A second built-in demo model, smaller and of another vocabulary (server/stack/demo_model.py):
+# served beside `demo` (ERNIE_MODELS) it shows which model answered.
+DEMO_SMALL_MODEL = "demo-small"
 
 
 class ModelSettings(BaseModel):
     model: str = Field(
         DEFAULT_MODEL,
-        description="Hub id or local folder of the model; 'demo' for the built-in demo model. "
+        description="Hub id or local folder of the model; 'demo' for the built-in demo model "
+        "('demo-small': a smaller one, built into ERNIE_DEMO_MODEL_DIR-small). "
         "A hub id that cannot be reached (no local copy, no network) falls back to the demo model.",
     )
     served_model_name: str = Field(
@@ -35,7 +39,8 @@ class ModelSettings(BaseModel):
         "(e.g. baidu/ERNIE-4.5-0.3B-PT:8192:0.3,/models/other:32768): each with its longest "
         "request (default ERNIE_MAX_MODEL_LEN) and its share of the GPU's total memory (default: "
         "the rest of ERNIE_GPU_MEMORY_UTILIZATION, split by what each needs). Unset: ERNIE_MODEL "
-        "alone. Planned by `ernie-chat plan`; `up` does not serve several models yet.",
+        "alone. `up` serves each by a vLLM of its own, the first on ERNIE_ENGINE_PORT and the "
+        "next ones on the ports after it, under the last part of its name (docs/models.md).",
     )
 
     @property

@@ -96,8 +96,10 @@ class AppTier:
     def reconfigure(self, settings: Settings) -> None:
         """The workers' environment from ``settings``: taken at each worker's next start."""
         self.settings = settings
-        # The workers' engine_url is always set, so they are told the keep-alive it implies here.
-        env = {**settings.as_env(), **APP_ENV, "ERNIE_ENGINE_URL": self.engine_url,
+        # The workers' engine_url is set, so they are told the keep-alive it implies here; with
+        # ERNIE_MODELS (which refuses an engine URL) they find each engine from the settings.
+        engine = {} if settings.models else {"ERNIE_ENGINE_URL": self.engine_url}
+        env = {**settings.as_env(), **APP_ENV, **engine,
                "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
                "CHAINLIT_APP_ROOT": str(self.root), **self.extra_env}
         if settings.users is not None:  # login, with or without saved chats

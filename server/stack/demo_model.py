@@ -16,7 +16,10 @@ atomically, so an interrupted build never leaves a half model behind.
 Run it with the engine environment's Python (torch, tokenizers, safetensors and
 transformers come with vLLM there; nothing from the project is imported):
 
-    python -m server.stack.demo_model OUTDIR [--steps N] [--seed S]
+    python -m server.stack.demo_model OUTDIR [--steps N] [--seed S] [--size small]
+
+``--size small`` builds ``demo-small``: one layer, half the width and a smaller vocabulary,
+so that two demo models served together (ERNIE_MODELS) differ in tokenizer and KV shape.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # One thread in the BPE trainer, so the merges cannot depend on thread scheduling; this
@@ -53,7 +57,20 @@ SPECIAL_TOKENS = [UNK, BOS, EOS]  # their list positions are their ids: 0, 1, 2
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 TURN_HEADERS = ["User: ", "Assistant: "]
 
-VOCAB_SIZE = 3000
+
+@dataclass(frozen=True)
+class Size:
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int  # of 64 dimensions each: vLLM's CPU attention kernel rejects smaller heads
+
+
+# The small one's vocabulary still holds each of the corpus's ~900 non-ASCII characters whole.
+SIZES = {"default": Size(vocab=3000, hidden=128, intermediate=512, layers=2, heads=2),
+         "small": Size(vocab=2000, hidden=64, intermediate=256, layers=1, heads=1)}
+HEAD_DIM = 64
 CHARACTER_BOOST = 4
 # The real model's limit: vLLM checks --max-model-len against it, and the demo should
 # accept the same settings as the real checkpoint.
@@ -135,13 +152,13 @@ def read_conversations(path: Path) -> list[list[dict]]:
     return conversations
 
 
-def train_tokenizer(texts: list[str]) -> Tokenizer:
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     """Byte-level BPE: every string, Chinese and emoji included, round-trips losslessly."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=2,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -208,17 +225,17 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_model(vocab_size: int):
+def build_model(vocab_size: int, size: Size):
     from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
     config = Ernie4_5Config(
         vocab_size=vocab_size,
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        hidden_size=size.hidden,
+        intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
         num_key_value_heads=1,
-        head_dim=64,  # vLLM's CPU attention kernel rejects smaller heads such as 16
+        head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS,
         rope_theta=500000.0,
         use_bias=False,
@@ -294,16 +311,16 @@ def make_reproducible(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS) -> dict:
+def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS, size: str = "default") -> dict:
     """Build the model into `outdir` (created or replaced atomically) and return its info."""
     started = time.monotonic()
     make_reproducible(seed)
     conversations = read_conversations(corpus)
-    tokenizer = train_tokenizer([render_chat(c) for c in conversations])
+    tokenizer = train_tokenizer([render_chat(c) for c in conversations], SIZES[size].vocab)
     log(f"tokenizer: {tokenizer.get_vocab_size()} tokens from {len(conversations)} chats "
         f"({time.monotonic() - started:.1f}s)")
     stream = token_stream(tokenizer, conversations, seed)
-    model = build_model(tokenizer.get_vocab_size())
+    model = build_model(tokenizer.get_vocab_size(), SIZES[size])
     params = sum(p.numel() for p in model.parameters())
     log(f"model: {params:,} parameters, training on {len(stream):,} tokens for {steps} steps")
     final_loss = train(model, stream, steps, seed, started)
@@ -319,6 +336,7 @@ def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS) -> dict:
             "builder": DEMO_BUILDER,
             "seed": seed,
             "steps": steps,
+            "size": size,
             "corpus_sha256": sha256_of(corpus),
             "final_loss": round(final_loss, 4),
             "seconds": round(time.monotonic() - started, 1),
@@ -349,9 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("outdir", type=Path, help="directory to write the model to")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed")
+    parser.add_argument("--size", choices=sorted(SIZES), default="default", help="the model's size")
     parser.add_argument("--corpus", type=Path, default=CORPUS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    info = build(args.outdir, args.steps, args.seed, args.corpus)
+    info = build(args.outdir, args.steps, args.seed, args.corpus, args.size)
     log(f"done in {info['seconds']}s, final loss {info['final_loss']}, written to {args.outdir}")
     print(json.dumps(info))
     return 0

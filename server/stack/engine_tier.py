@@ -63,8 +63,9 @@ class EngineInfo:
 class EngineProcess:
     """One copy: its process, its log, its URL, and whether it answers /health."""
 
-    def __init__(self, copy: EngineCopy, proc: ManagedProcess, api_key: Optional[str]):
-        self.copy, self.proc, self.api_key = copy, proc, api_key
+    def __init__(self, copy: EngineCopy, proc: ManagedProcess, api_key: Optional[str],
+                 tier: str = "engine"):
+        self.copy, self.proc, self.api_key, self.tier = copy, proc, api_key, tier
         self._last_probe = 0.0
         self._unhealthy_since: Optional[float] = None
         self.startup_s = 0.0
@@ -80,7 +81,7 @@ class EngineProcess:
 
     @property
     def label(self) -> str:
-        return "engine" if self.copy.copies == 1 else f"engine {self.copy.index}"
+        return self.tier if self.copy.copies == 1 else f"{self.tier} {self.copy.index}"
 
     def hung(self) -> bool:
         """True once a running copy has failed every /health probe for HUNG_AFTER_S."""
@@ -145,9 +146,10 @@ class EngineTier:
     bytes, and restarted one by one."""
 
     def __init__(self, settings: Settings, copies: tuple[EngineCopy, ...], device: str,
-                 root: Path, log_path: Path, out: Callable[[str], None] = print):
+                 root: Path, log_path: Path, out: Callable[[str], None] = print,
+                 label: str = "engine"):
         self.settings, self.copies, self.device = settings, copies, device
-        self.root, self.log_path, self.out = root, log_path, out
+        self.root, self.log_path, self.out, self.label = root, log_path, out, label
         self.engines: list[EngineProcess] = []
         self.info: Optional[EngineInfo] = None
         self.plan: Optional[kp.Plan] = None
@@ -158,21 +160,30 @@ class EngineTier:
 
     # --- before anything starts -------------------------------------------
     def prepare(self) -> None:
+        self.resolve_model()
+        self.build_commands()
+
+    def resolve_model(self) -> None:
+        """The engine's Python and the model's folder or hub id (the demo model built)."""
         s = self.settings
         python = self.python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
         choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
         if choice.is_demo:
-            provision.ensure_demo_model(Path(choice.path), python, self.root)
+            provision.ensure_demo_model(Path(choice.path), python, self.root, choice.demo_size)
         self.model_path, self.is_demo = choice.path, choice.is_demo
+
+    def build_commands(self) -> None:
+        """Each copy's process, once the pre-flight checks pass."""
         s, self.plan = self.preflight()
         self.together = starts_together(s, self.device)
-        commands = [engine_command(s, choice.path, self.device, python, copy) for copy in self.copies]
+        commands = [engine_command(s, self.model_path, self.device, self.python, copy)
+                    for copy in self.copies]
         for copy, command in zip(self.copies, commands):
             proc = copy_process(command, self.device, copy, self.log_path, self.root)
-            self.engines.append(EngineProcess(copy, proc, s.api_key_value))
+            self.engines.append(EngineProcess(copy, proc, s.api_key_value, self.label))
         # printable(): the one rendering of a command that is safe to log (the key is in env).
-        self.out(f"[engine] {self.device}: {commands[0].printable()}")
+        self.out(f"[{self.label}] {self.device}: {commands[0].printable()}")
         if len(self.copies) > 1:
             self.out(copies_line(len(self.copies), self.together, s.kv_cache_gib))
 
@@ -275,13 +286,13 @@ class EngineTier:
         kv = parse_kv_report(lines)
         phases = startup_phases(lines)
         if phases:
-            self.out("\n".join("[engine] " + line for line in
+            self.out("\n".join(f"[{self.label}] " + line for line in
                                render_phases(phases, first.startup_s).splitlines()))
-        self.out(f"[engine] max-model-len {self.info.max_model_len} tokens")
+        self.out(f"[{self.label}] max-model-len {self.info.max_model_len} tokens")
         if kv.kv_tokens is not None:
             memory = f" in {kv.kv_memory_gib:.2f} GiB" if kv.kv_memory_gib else ""
             each = " per copy" if len(self.engines) > 1 else ""
-            self.out(f"[engine] KV cache: {kv.kv_tokens:,} tokens{memory}{each}, "
+            self.out(f"[{self.label}] KV cache: {kv.kv_tokens:,} tokens{memory}{each}, "
                      f"{kv.max_concurrency:.1f} concurrent requests of max-model-len "
                      f"(as vLLM reports in {first.log_path.name})")
             if self.plan is not None:

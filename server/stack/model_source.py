@@ -16,7 +16,7 @@ from typing import Optional
 
 from server.errors import MissingFile
 from server.plan.model_config import hub_cache_dir
-from server.settings import DEMO_MODEL, Settings
+from server.settings import DEMO_MODEL, DEMO_SMALL_MODEL, Settings
 
 HUB_HOST = "huggingface.co"
 
@@ -26,6 +26,7 @@ class ModelChoice:
     path: str        # what --model gets
     is_demo: bool
     reason: str      # one sentence for the console
+    demo_size: str = "default"  # which demo model (server/stack/demo_model.py SIZES)
 
 
 def in_hub_cache(repo_id: str) -> bool:
@@ -50,6 +51,9 @@ def choose_model(settings: Settings, reachable=hub_reachable, root: Optional[Pat
     demo = ModelChoice(str((root or Path.cwd()) / settings.demo_model_dir), True, "")
     if model == DEMO_MODEL:
         return ModelChoice(demo.path, True, "ERNIE_MODEL=demo asks for the built-in demo model.")
+    if model == DEMO_SMALL_MODEL:
+        return ModelChoice(f"{demo.path}-small", True,
+                           f"{DEMO_SMALL_MODEL} asks for the smaller built-in demo model.", "small")
     if Path(model).expanduser().is_dir():
         return ModelChoice(str(Path(model).expanduser()), False, f"local checkpoint {model}")
     if model.startswith((".", "/", "~")):

@@ -177,15 +177,16 @@ def demo_inputs(root: Path = ROOT) -> list[Path]:
     return [here / "demo_model.py", here / "demo_corpus.txt"]
 
 
-def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT) -> Path:
-    """Build the demo model with the engine's Python (it has torch) unless it is current."""
+def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT,
+                      size: str = "default") -> Path:
+    """Build the demo model of ``size`` with the engine's Python (it has torch) unless it is current."""
     model_dir = model_dir if model_dir.is_absolute() else root / model_dir
-    wanted = file_digest(*demo_inputs(root))
+    wanted = file_digest(*demo_inputs(root)) + ("" if size == "default" else f" {size}")
     stamp = model_dir / STAMP
     if stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists():
         return model_dir
     print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
-    run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir)], "demo model",
+    run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir), "--size", size], "demo model",
              root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
     stamp.write_text(wanted + "\n")
     return model_dir

@@ -2,9 +2,9 @@
 
 Start-up order matters: the app is only useful once the engine answers, so the
 engine copies are waited for first (``engine_tier``: each until ``/health`` and
-``/v1/models`` answer).  What does not need the engine starts meanwhile: the
-Chainlit workers (``app_tier``) and, when a tier has several processes, HAProxy
-(``balancer``).  Then the engine is warmed up with requests like the app's
+``/v1/models`` answer; with ERNIE_MODELS one tier per model, ``model_tiers``).
+What does not need the engine starts meanwhile: the Chainlit workers (``app_tier``)
+and, when a tier has several processes, HAProxy (``balancer``).  Then the engine is warmed up with requests like the app's
 (``warmup``) while the workers finish loading, and the chat URL is printed
 last.  After that the loop restarts whichever child dies, with a capped
 exponential backoff, and gives up with the doctor's diagnosis when an engine
@@ -35,7 +35,7 @@ from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings, app_exposed, engine_exposed
-from server.stack import balancer, balancer_runtime, restart_control, roller, tls, warmup
+from server.stack import balancer, balancer_runtime, model_tiers, restart_control, roller, tls, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
 from server.stack.metrics_endpoint import MetricsEndpoint
@@ -65,6 +65,7 @@ class Child:
     proc: ManagedProcess
     restart: Callable[[], None]
     engine: Optional[EngineProcess] = None  # engine copies get the doctor's diagnosis
+    tier: Optional[EngineTier] = None
     failures: int = 0
 
 
@@ -74,7 +75,8 @@ class Stack:
     def __init__(self, settings: Settings, root: Path = ROOT, out=print):
         self.settings, self.root, self.out = settings, root, out
         self.topology: Optional[Topology] = None
-        self.engines: Optional[EngineTier] = None
+        self.engines: Optional[EngineTier] = None  # ERNIE_MODEL's, or the first model's
+        self.tiers: list[EngineTier] = []           # one per model of ERNIE_MODELS
         self.apps: Optional[AppTier] = None
         self.metrics: Optional[MetricsEndpoint] = None
         self.balancer: Optional[ManagedProcess] = None
@@ -136,8 +138,15 @@ class Stack:
         if topology.worker_ports and s.metrics_port:
             wanted.append((s.metrics_host, s.metrics_port, "ERNIE_METRICS_PORT"))
         if s.starts_engine and s.node_role == "head":
-            wanted.insert(0, (s.engine_host, s.engine_port, "ERNIE_ENGINE_PORT"))
+            wanted[:0] = [(model.host, model.port, "ERNIE_ENGINE_PORT" if i == 0 else
+                           f"ERNIE_ENGINE_PORT+{i} (model {model.served_name} of ERNIE_MODELS)")
+                          for i, model in enumerate(s.served_models)]
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
+        if s.models and engine_exposed(s):
+            problems.append(f"ERNIE_MODELS serves each model on a port of its own, which HAProxy "
+                            f"does not front yet; ERNIE_ENGINE_HOST={s.engine_host} would expose "
+                            "them unguarded: set ERNIE_ENGINE_HOST=127.0.0.1 (the chat reaches "
+                            "the engines on this machine).")
         if topology.needs_balancer:
             try:
                 balancer.ensure_haproxy()
@@ -157,14 +166,22 @@ class Stack:
         """Start the engine copies and wait until they serve; ``while_it_loads`` runs first
         thing after the set-up, so that what does not need the engine starts meanwhile."""
         topology = self.topology or self.plan()
-        copies = topology.copies if self.settings.starts_engine else ()
-        self.engines = EngineTier(self.settings, copies, topology.device, self.root,
-                                  self.log_path, self.out)
-        self.engines.prepare()
+        if self.settings.models:
+            self.tiers = model_tiers.make_tiers(self.settings, topology.device, topology.api_servers,
+                                                self.root, self.log_path, self.out)
+            model_tiers.prepare(self.settings, self.tiers, topology.device, self.out)
+        else:
+            copies = topology.copies if self.settings.starts_engine else ()
+            self.tiers = [EngineTier(self.settings, copies, topology.device, self.root,
+                                     self.log_path, self.out)]
+            self.tiers[0].prepare()
+        self.engines = self.tiers[0]
         if while_it_loads:
             while_it_loads()
-        self.info = self.engines.start_all()
-        self.engines.report()
+        for tier in self.tiers:  # one after another: module docstring of model_tiers
+            tier.start_all()
+            tier.report()
+        self.info = self.engines.info
         return self.info
 
     def launch_balancer(self) -> None:
@@ -237,8 +254,9 @@ class Stack:
             self.launch_app()
         if self.settings.warmup and self.engines and self.settings.node_role == "head":
             # The workers start meanwhile: the warm-up costs the user no time of its own.
-            warmup.run(self.settings, [e.url for e in self.engines.engines], self.info,
-                       self.topology.device, self.out)
+            for tier in self.tiers:
+                warmup.run(tier.settings, [e.url for e in tier.engines], tier.info,
+                           self.topology.device, self.out)
         for worker in self.apps.workers:
             self.apps.wait(worker)
         if self.topology.balanced_app and not wait_until(
@@ -276,9 +294,9 @@ class Stack:
     # --- keeping it up -----------------------------------------------------------
     def children(self) -> list[Child]:
         found = []
-        if self.engines:
-            found += [Child(e.label, e.proc, lambda e=e: self.engines.restart(e), e)
-                      for e in self.engines.engines]
+        for tier in self.tiers:
+            found += [Child(e.label, e.proc, lambda e=e, tier=tier: tier.restart(e), e, tier)
+                      for e in tier.engines]
         if self.balancer:
             found.append(Child("balancer", self.balancer, self.restart_balancer))
         if self.apps:
@@ -332,9 +350,9 @@ class Stack:
         if child.engine is not None:  # first: the chat tells its users from this file
             write_state(self.settings, "restarting")
         child.proc.stop(grace_s=5)  # its children (vLLM's engine core) may still run
-        if child.engine is not None:
-            self.out(self.engines.explain_failure(child.engine, "The engine stopped."))
-            final = self.engines.unrecoverable(child.engine)
+        if child.tier is not None:
+            self.out(child.tier.explain_failure(child.engine, "The engine stopped."))
+            final = child.tier.unrecoverable(child.engine)
             if final:
                 write_state(self.settings, "failed", reason=final)
                 return final
@@ -359,8 +377,9 @@ class Stack:
             self.metrics.stop()
         if self.balancer and self.balancer.pid is not None:
             self.balancer.stop()
-        if self.engines:
-            self.engines.stop()
+        for tier in self.tiers:
+            tier.stop()
+        if self.tiers:
             write_state(self.settings, "stopped")
 
 
@@ -385,7 +404,8 @@ def run(settings: Settings, out=print) -> int:
                 f"{settings.data_parallel_start_rank})")
         else:
             out(f"Chat:   {settings.app_url}")
-            out(f"Engine: {settings.engine_base_url}")
+            for model in settings.served_models:
+                out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else ""))
         if stack.info and stack.info.is_demo:
             out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
         out("Press Ctrl-C to stop.")

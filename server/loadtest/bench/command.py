@@ -52,7 +52,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Streaming load test against an OpenAI-compatible server: our engine "
         "(ERNIE_ENGINE_URL / port) or --url. Writes bench.json, requests.csv and PNG plots.")
     bench.add_argument("--url", help="server base URL (default: the engine of the settings)")
-    bench.add_argument("--model", help="served model name (default: the server's first model)")
+    bench.add_argument("--model", help="the model of the settings (its served name or its name "
+                       "in ERNIE_MODELS): its engine is loaded; with --url, the served name to send "
+                       "(default: the first model)")
     bench.add_argument("--api-key", help="default: ERNIE_API_KEY")
     bench.add_argument("--out", type=Path, help="results folder (default benchmarks/results/<time>/)")
     bench.add_argument("--no-plots", action="store_true", help="write JSON and CSV only")

@@ -47,12 +47,15 @@ async def wait_until_sent() -> None:
 
 
 async def run_processes(url: str, sessions: int, processes: int, timeout_s: float,
-                        prompts_file: Optional[Path], cookie: str = "") -> list[dict]:
+                        prompts_file: Optional[Path], cookie: str = "",
+                        model: Optional[str] = None) -> list[dict]:
     """Each client process's ``--json`` result, once every one has sent and finished.
-    ``cookie``: the run's login, handed over in the environment (``login.COOKIE_ENV``)."""
+    ``cookie``: the run's login, handed over in the environment (``login.COOKIE_ENV``);
+    ``model``: qa-load's --model, which each process resolves as the run did."""
     sizes = shares(sessions, processes)
     command = [sys.executable, "-m", "server.cli", "qa-load", "--url", url, "--json", GO_FLAG,
-               "--timeout-s", f"{timeout_s:g}"] + (["--prompts-file", str(prompts_file)] if prompts_file else [])
+               "--timeout-s", f"{timeout_s:g}"] + (["--prompts-file", str(prompts_file)] if prompts_file else []) + (
+               ["--model", model] if model else [])
     status = StatusLine("qa-load", stream=sys.stderr, plain_every_s=5.0)
     async with ClientProcesses([command + ["--sessions", str(size)] for size in sizes], ROOT, READY,
                                QaLoadError, "client process",

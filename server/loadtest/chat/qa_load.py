@@ -63,6 +63,7 @@ from server.loadtest.chat import processes as qa_processes
 from server.loadtest.lib import chat_socket
 from server.loadtest.lib.chat_socket import (ChatSession, QaLoadError, SessionRecord, check_app,
                                              count_crossed, read_prompts)
+from server.loadtest.lib.load_args import add_model_argument, chat_profile
 from server.loadtest.lib.login import PASSWORD_ENV, chat_cookie_for
 from server.loadtest.lib.stats import distribution_ms
 from server.progress import StatusLine
@@ -128,17 +129,17 @@ def check_sessions(sessions: int) -> None:
 
 async def run_load(url: str, prompts: list[str], sessions: int, timeout_s: float,
                    before_sending: Optional[Callable[[], Awaitable[None]]] = None,
-                   cookie: str = "") -> dict:
+                   cookie: str = "", chat_profile: str = "") -> dict:
     """Open ``sessions`` chats, then ask in all of them at once; the result of ``--json``.
     ``before_sending``: awaited once the chats are open (a client of ``--processes``);
-    ``cookie``: the login every chat sends (``--login``)."""
+    ``cookie``: the login every chat sends (``--login``); ``chat_profile``: the model (``--model``)."""
     check_sessions(sessions)
     if timeout_s <= 0 or not prompts:
         raise QaLoadError("--timeout-s must be positive and there must be at least one prompt.")
     url = url.rstrip("/")
     await check_app(url, logged_in=bool(cookie))
     records = make_records(prompts, sessions)
-    chats = [ChatSession(record) for record in records]
+    chats = [ChatSession(record, chat_profile=chat_profile) for record in records]
     # On stderr: with --json, stdout is the result alone.
     status = StatusLine("qa-load", stream=sys.stderr, plain_every_s=5.0)
 
@@ -226,6 +227,7 @@ def add_parser(sub) -> None:
                     help=f"log in once as NAME (password in {PASSWORD_ENV}) and open every chat "
                     "with that login: for a stack with login (ERNIE_USERS)")
     qa.add_argument(qa_processes.GO_FLAG, action="store_true", help=argparse.SUPPRESS)
+    add_model_argument(qa, "each chat opens with it as its chat profile (the app's model picker)")
     from server.loadtest.users import load as user_load
     user_load.add_user_arguments(qa)
     qa.set_defaults(func=cmd_qa_load)
@@ -233,12 +235,10 @@ def add_parser(sub) -> None:
 
 def cmd_qa_load(args: argparse.Namespace) -> int:
     try:
-        if args.url:
-            url = args.url
-        else:
-            from server.settings import load_settings
-            url = load_settings().app_url
-        url = url.rstrip("/")
+        from server.settings import load_settings
+        settings = load_settings()
+        url = (args.url or settings.app_url).rstrip("/")
+        profile = chat_profile(settings, args.model)
         prompts = read_prompts(args.prompts_file)  # a bad file is refused before any process starts
         if args.users is None and args.processes != 1:
             check_sessions(args.sessions)
@@ -246,15 +246,16 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         cookie = asyncio.run(chat_cookie_for(url, args.login, os.environ, args.send_on_stdin))
         if args.users is not None:
             from server.loadtest.users import load as user_load
-            return user_load.cmd_users(args, url, prompts, cookie)
+            return user_load.cmd_users(args, url, prompts, cookie, profile)
         if args.processes != 1:
             results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
-                                                             args.timeout_s, args.prompts_file, cookie))
+                                                             args.timeout_s, args.prompts_file, cookie,
+                                                             args.model))
             result = merge(results, url)
         else:
             result = asyncio.run(run_load(url, prompts, args.sessions, args.timeout_s,
                                           qa_processes.wait_until_sent if args.send_on_stdin else None,
-                                          cookie))
+                                          cookie, profile))
     except (QaLoadError, OSError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2

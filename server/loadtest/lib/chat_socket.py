@@ -162,7 +162,7 @@ def user_step(text: str) -> dict:
 class ChatSession:
     """One chat of the app, seen as its browser tab would see it."""
 
-    def __init__(self, record: SessionRecord, reconnect: bool = False):
+    def __init__(self, record: SessionRecord, reconnect: bool = False, chat_profile: str = ""):
         # Imported here: the CLI that lists this command also runs where only the engine
         # environment is (bench on a GPU machine), which has no python-socketio.
         import socketio
@@ -170,6 +170,7 @@ class ChatSession:
         self.record = record
         # As a browser tab: a dropped socket comes back with the same session id and cookies.
         self.reconnect = reconnect
+        self.chat_profile = chat_profile  # the app's model picker: a served name (ERNIE_MODELS)
         self.session_id = str(uuid.uuid4())
         self._url, self._headers = "", {}
         self.sio = self._client()
@@ -244,7 +245,7 @@ class ChatSession:
             # A copy: engine.io takes the Cookie header out of the dict it is given.
             wait_timeout=CONNECT_TIMEOUT_S, headers=dict(self._headers),
             auth={"sessionId": self.session_id, "clientType": "webapp", "threadId": thread_id,
-                  "userEnv": "{}", "chatProfile": ""})
+                  "userEnv": "{}", "chatProfile": self.chat_profile})
         await self.sio.emit("connection_successful")
 
     async def _wait_turn(self) -> None:

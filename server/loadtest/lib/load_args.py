@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.errors import LoadTestError
 from server.loadtest.lib.client_processes import MAX_PROCESSES
 from server.loadtest.lib.config import BenchConfig, BenchError, Load
 from server.loadtest.lib.stats import Slo
 from server.loadtest.lib.target import check_target
 from server.paths import RESULTS_DIR
+from server.settings.model_list import ServedModel
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -92,14 +94,42 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         processes=args.processes)
 
 
+def served_model(settings, name: Optional[str]) -> ServedModel:
+    """The model a load test names with --model: its served name or its name in the settings
+    (ERNIE_MODELS, or ERNIE_MODEL alone); without one, the first."""
+    models = settings.served_models
+    found = next((m for m in models if name in (m.served_name, m.name)), None) if name else models[0]
+    if found is None:
+        raise LoadTestError(f"--model {name!r} is not served here; the served names are "
+                            f"{', '.join(m.served_name for m in models)} (ERNIE_MODELS, or "
+                            "ERNIE_MODEL alone)")
+    return found
+
+
+def chat_profile(settings, name: Optional[str]) -> str:
+    """The chat profile that picks the model ``name`` in the app: its served name where the app
+    offers several models (ERNIE_MODELS), else none; an unknown name is refused either way."""
+    model = served_model(settings, name)
+    return model.served_name if name and settings.models else ""
+
+
+def add_model_argument(parser: argparse.ArgumentParser, how: str) -> None:
+    parser.add_argument("--model", help="the model of the settings to load, by its served name or "
+                        f"its name in ERNIE_MODELS (default: the first); {how}")
+
+
 def engine_config(args: argparse.Namespace):
     """The settings and the load for the server a command names (--url, default the engine of
-    the settings), checked to be one this machine may load."""
+    the settings' model --model), checked to be one this machine may load."""
     from server.settings import load_settings
     settings = load_settings()
-    url = args.url or settings.engine_base_url
+    if args.url:  # another server: --model is sent as it is
+        url, model = args.url, args.model
+    else:
+        served = served_model(settings, args.model)
+        url, model = served.base_url, served.served_name if args.model else None
     check_target(url, explicit=bool(args.url))
-    return settings, config_from_args(args, settings, url, args.model, args.api_key or settings.api_key_value)
+    return settings, config_from_args(args, settings, url, model, args.api_key or settings.api_key_value)
 
 
 def results_folder(out: Optional[Path], prefix: str = "") -> Path:

@@ -33,7 +33,7 @@ from typing import Optional
 
 from server.errors import LoadTestError
 from server.loadtest.lib.chat_socket import read_prompts
-from server.loadtest.lib.load_args import results_folder
+from server.loadtest.lib.load_args import add_model_argument, chat_profile, results_folder, served_model
 from server.loadtest.users import report as user_report
 from server.loadtest.users.chats import PATHS, Target
 from server.loadtest.users.load import run_user_load
@@ -181,6 +181,8 @@ def add_parser(sub) -> None:
     cap.add_argument("--through", choices=PATHS, default="app",
                      help="the app's websocket (as browsers) or the engine's OpenAI API directly")
     cap.add_argument("--url", help="default: the app or the engine of the settings")
+    add_model_argument(cap, "--through app: the chat profile each chat opens with (the app's "
+                       "model picker); --through engine: that model's engine")
     cap.add_argument("--objective-ttft-p99-ms", type=float, default=1000.0)
     cap.add_argument("--objective-tokens-per-s", type=float, default=20.0,
                      help="per-user decode rate that nine users in ten must see (default 20)")
@@ -211,10 +213,12 @@ def add_parser(sub) -> None:
 def cmd_capacity(args: argparse.Namespace) -> int:
     from server.settings import load_settings
     settings = load_settings()
-    url = args.url or (settings.app_url if args.through == "app" else settings.engine_base_url)
+    app = args.through == "app"
+    url = args.url or (settings.app_url if app else served_model(settings, args.model).base_url)
     target = Target(args.through, url.rstrip("/").removesuffix("/v1"), settings.api_key_value,
                     settings.system_prompt, args.output_len or settings.max_tokens,
-                    settings.ignore_eos, settings.temperature, settings.top_p)
+                    settings.ignore_eos, settings.temperature, settings.top_p,
+                    chat_profile=chat_profile(settings, args.model) if app else "")
     base = UserModel(users=1, turns=0, think_s=args.think_s, ramp_s=args.ramp_s,
                      window_s=args.ramp_s + args.step_s, reply_timeout_s=args.reply_timeout_s,
                      seed=args.seed)

@@ -51,13 +51,15 @@ class Chat(Protocol):
 class AppChat:
     """A chat of the app through its websocket, as a browser tab (chat_socket)."""
 
-    def __init__(self, url: str, index: int, tag: str, cookie: str = "", address: str = ""):
+    def __init__(self, url: str, index: int, tag: str, cookie: str = "", address: str = "",
+                 chat_profile: str = ""):
         headers = {"Cookie": cookie} if cookie else {}
         if address:
             headers["X-Forwarded-For"] = address
         self.url, self.headers = url, headers or None
         # Reconnects as the browser's socket.io client does (same session id, its cookies).
-        self.session = ChatSession(SessionRecord(index, tag, prompt=""), reconnect=True)
+        self.session = ChatSession(SessionRecord(index, tag, prompt=""), reconnect=True,
+                                   chat_profile=chat_profile)
 
     async def open(self) -> str:
         ok = await self.session.open(self.url, headers=self.headers)
@@ -156,6 +158,7 @@ class Target:
     # Each user from an address of its own (qa-load --own-addresses): the per-user limits
     # without login count by address.
     own_addresses: bool = False
+    chat_profile: str = ""       # the app's model (qa-load/capacity --model, ERNIE_MODELS)
 
     def sampling(self) -> dict:
         """What a direct chat sends besides the messages, as the app would."""
@@ -169,7 +172,8 @@ async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int,
     if target.through == "app":
         await check_app(target.url, logged_in=bool(target.cookie))
         return lambda index, tag: AppChat(target.url, index, tag, target.cookie,
-                                          user_address(index) if target.own_addresses else "")
+                                          user_address(index) if target.own_addresses else "",
+                                          target.chat_profile)
     if target.through != "engine":
         raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
     cfg = BenchConfig(url=target.url, api_key=target.api_key)

@@ -101,9 +101,10 @@ def user_model(args, users: int) -> UserModel:
                      window_s=args.duration_s, reply_timeout_s=args.reply_timeout_s, seed=args.seed)
 
 
-def cmd_users(args, url: str, prompts: list[str], cookie: str = "") -> int:
+def cmd_users(args, url: str, prompts: list[str], cookie: str = "", chat_profile: str = "") -> int:
     from server.loadtest.users import report as user_report
-    target = Target("app", url.rstrip("/"), cookie=cookie, own_addresses=args.own_addresses)
+    target = Target("app", url.rstrip("/"), cookie=cookie, own_addresses=args.own_addresses,
+                    chat_profile=chat_profile)
     result = asyncio.run(run_user_load(target, user_model(args, args.users),
                                        prompts, "qa-load", args.processes, args.kill))
     print(user_report.render(result))
