@@ -192,7 +192,7 @@ async def send_panel() -> None:
 
 
 def max_reply_budget() -> int:
-    _, max_len = cl.user_session.get("engine_model") or ("", SETTINGS.max_model_len)
+    _, max_len = cl.user_session.get("engine_model") or ("", ENGINES.current().settings.max_model_len)
     return max(MIN_REPLY_TOKENS, max_len - MIN_REPLY_TOKENS)
 
 

@@ -25,6 +25,7 @@ from openai import AsyncOpenAI
 
 from app.busy import BusyGauge
 from app.personas import PERSONAS, chat_profiles, starters
+from app.saved_chats import saved_metadata
 from app.server_info import ServerInfo
 from app.single_flight import SingleFlight
 from app.texts import text
@@ -69,8 +70,8 @@ class Engine:
 
 def thread_profile(thread: dict) -> Optional[str]:
     """A saved chat's chat profile, as Chainlit keeps it in the thread's metadata."""
-    metadata = thread.get("metadata")
-    return metadata.get("chat_profile") if isinstance(metadata, dict) else None
+    profile = saved_metadata(thread.get("metadata")).get("chat_profile")
+    return profile if isinstance(profile, str) else None
 
 
 def model_settings(settings: Settings, model: ServedModel) -> Settings:

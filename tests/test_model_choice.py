@@ -70,5 +70,7 @@ def test_the_figures_line_and_the_live_view_name_the_model_only_when_given():
 def test_a_saved_chat_names_its_model_from_its_metadata_else_the_first():
     several = engines(models="/models/big:8192,org/small:2048")
     assert several.of_thread({"metadata": {"chat_profile": "small"}}).name == "small"
-    for thread in ({"metadata": {"chat_profile": "evil"}}, {"metadata": None}, {"metadata": "{}"}, {}):
+    assert several.of_thread({"metadata": '{"chat_profile": "small"}'}).name == "small"  # SQLite's text
+    for thread in ({"metadata": {"chat_profile": "evil"}}, {"metadata": {"chat_profile": ["small"]}},
+                   {"metadata": None}, {"metadata": "{}"}, {}):
         assert several.of_thread(thread).name == "big", thread
