@@ -254,9 +254,10 @@ async def take_over(partial: in_flight.Partial, store: in_flight.ReplyStore) -> 
 @cl.on_chat_start
 async def on_chat_start() -> None:
     metrics.chat_opened()
+    mapped = ENGINES.settle(lang())  # first: a forged profile picks no persona either
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
-    if mapped := ENGINES.settle(lang()):
+    if mapped:
         await notice(mapped, "model_unknown")
     if moved_here():
         kept = LIVE_CHATS is not None and carry_over()
