@@ -28,8 +28,8 @@ from chainlit.data import get_data_layer
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
 from app import (admin_page, auth_sessions, boot_cookie, chat_search, drain, export, failover, files_dir,
-                 in_flight, live_chats, live_view, login, metrics, oidc, origins, page_policy, regenerate,
-                 saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
+                 in_flight, live_chats, live_view, login, metrics, model_choice, oidc, origins, page_policy,
+                 regenerate, saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
                  share_page, share_qr, switcher, token_count, upload_check, upload_limit)
 from app.attachments import prompt_with, read_files
 from app.busy import BusyGauge
@@ -39,9 +39,8 @@ from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
 from app.live_stats import LIVE
 from app.math_text import DisplayStream, display_text
 from app.pdf_reader import PdfLimits
-from app.personas import chat_profiles, persona
+from app.personas import persona
 from app.prompt_budget import PromptBudget
-from app.single_flight import SingleFlight
 from app.texts import FIGURES_MARK, duration, figures_line, lang_of, refusal, text
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from app.user_limits import Limits, UserLimits, user_key
@@ -53,9 +52,6 @@ from server.settings import auth_headers, load_settings
 from server.usage_log import append_error, append_usage
 
 SETTINGS = load_settings()
-# One client pair for every chat: building them costs ~25 ms of CPU each, which stalls
-# the event loop when many chats open at once (found by `ernie-chat qa-load`).
-CLIENT = ec.make_client(SETTINGS)
 # httpx logs one INFO line per request (every reply, every count): a log line per message
 # at a crowd's rates that says nothing the engine's log does not.
 for _client_log in ("httpx", "httpx2"):
@@ -65,11 +61,15 @@ for _client_log in ("httpx", "httpx2"):
 HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
                          limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s),
                          headers=auth_headers(SETTINGS.api_key_value))
+# One client per served model for every chat: building one costs ~25 ms of CPU, which stalls
+# the event loop when many chats open at once (found by `ernie-chat qa-load`).
+ENGINES = model_choice.Engines(SETTINGS, ec.make_client, lambda view: (
+    BusyGauge(view.busy_queue, lambda: server_info.read_metrics(HTTP, view.engine_base_url))
+    if view.busy_queue is not None else None))
 drain.install()
 admin_page.install(SETTINGS)
-live_view.install(SETTINGS.engine_base_url, SETTINGS.api_key_value, SETTINGS.public_url)
-# What the engine is: asked once for the chats that open within 30 s, again after any error.
-SERVER: SingleFlight[server_info.ServerInfo] = SingleFlight(max_age_s=30.0)
+live_view.install(ENGINES.all[0].url, SETTINGS.api_key_value, SETTINGS.public_url,
+                  [engine.name for engine in ENGINES.all] if ENGINES.several else [])
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
@@ -102,8 +102,6 @@ if LIVE_CHATS is not None:
 _LIMITS = Limits.from_settings(SETTINGS.user_messages_per_min, SETTINGS.user_tokens_per_day)
 # Counted in the store every worker shares (app/user_limits.py); None when no limit is set.
 LIMITS = UserLimits(open_store(SETTINGS.chat_db, SETTINGS.auth_db), _LIMITS) if _LIMITS.on else None
-BUSY = (BusyGauge(SETTINGS.busy_queue, lambda: server_info.read_metrics(HTTP, SETTINGS.engine_base_url))
-        if SETTINGS.busy_queue is not None else None)
 
 
 def lang() -> str:
@@ -125,7 +123,8 @@ async def engine_model() -> tuple[str, int]:
     # A resumed chat gets its session back from JSON: the tuple, but no ServerInfo (docs/notes.md).
     if cached and isinstance(cl.user_session.get("server"), server_info.ServerInfo):
         return cached
-    server = await SERVER.get(lambda: server_info.probe(CLIENT, HTTP, SETTINGS))
+    chosen = ENGINES.current()
+    server = await chosen.server.get(lambda: server_info.probe(chosen.client, HTTP, chosen.settings))
     cl.user_session.set("server", server)  # what it is, and how it counts tokens
     cl.user_session.set("engine_model", (server.model, server.window))
     cl.user_session.set("is_demo", is_demo_model(server.root))
@@ -156,10 +155,11 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     elif kind == "unreachable" and engine_restarting():
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
-    SERVER.forget()
+    chosen = ENGINES.current()
+    chosen.server.forget()
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    await show_error(text(lang(), kind, url=SETTINGS.engine_base_url,
-                          seconds=SETTINGS.request_timeout_s, model=SETTINGS.served_model_name,
+    await show_error(text(lang(), kind, url=chosen.url,
+                          seconds=SETTINGS.request_timeout_s, model=chosen.name,
                           detail=detail[:300], wait=SETTINGS.continue_wait_s), kind)
 
 
@@ -177,7 +177,7 @@ async def say_waiting() -> None:
 
 @cl.set_chat_profiles
 async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[str] = None):
-    return chat_profiles(lang_of(language))
+    return ENGINES.profiles(lang_of(language))
 
 
 def start_session(conversation: Conversation) -> None:
@@ -192,7 +192,7 @@ async def send_panel() -> None:
 
 
 def max_reply_budget() -> int:
-    _, max_len = cl.user_session.get("engine_model") or ("", SETTINGS.max_model_len)
+    _, max_len = cl.user_session.get("engine_model") or ("", ENGINES.current().settings.max_model_len)
     return max(MIN_REPLY_TOKENS, max_len - MIN_REPLY_TOKENS)
 
 
@@ -254,8 +254,11 @@ async def take_over(partial: in_flight.Partial, store: in_flight.ReplyStore) -> 
 @cl.on_chat_start
 async def on_chat_start() -> None:
     metrics.chat_opened()
+    mapped = ENGINES.settle(lang())  # first: a forged profile picks no persona either
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
+    if mapped:
+        await notice(mapped, "model_unknown")
     if moved_here():
         kept = LIVE_CHATS is not None and carry_over()
         # "kept": the chat goes on with its history and reply (qa-load waits for the reply).
@@ -337,7 +340,8 @@ def current_user() -> str:
 async def admitted() -> bool:
     """Whether a new message is answered: not when the engine's queue is past its bound and
     ERNIE_BUSY_ACTION is refuse, nor when its user is over a limit (then it counts nowhere)."""
-    busy = await BUSY.busy() if BUSY is not None else None
+    gauge = ENGINES.current().busy
+    busy = await gauge.busy() if gauge is not None else None
     when = duration(lang(), busy.wait_s) if busy else ""
     if busy and SETTINGS.busy_action == "refuse":
         await limit_hit("busy", text(lang(), "busy_refused", ahead=busy.ahead, when=when))
@@ -460,8 +464,9 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
     if vllm:
         extra_body.update(ec.LIVE_USAGE)  # a reply cut mid-stream goes on from its count (failover)
+    chosen = ENGINES.current()
     pieces = LIVE.track(failover.resilient_reply(
-        CLIENT, model, messages, stats,
+        chosen.client, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body=extra_body or None, can_continue=vllm, wait_s=SETTINGS.continue_wait_s,
         on_wait=say_waiting, shown=so_far, produced=resumed.tokens if resumed else 0,
@@ -487,10 +492,12 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         return
     finally:  # a stopped or broken reply's tokens count too, as far as the engine counted them
         await spend_tokens(stats)
-    line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None)
+    line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None,
+                        model=model if ENGINES.several else None)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     cl.user_session.get("budget").sent(stats.prompt_tokens)
     STREAMING.finished(stats.tokens_per_s)
+    chosen.finished(stats.tokens_per_s)
     metrics.reply_finished(stats)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
@@ -517,19 +524,20 @@ def _counter(model: str):
 
 
 async def show_status() -> None:
+    url = ENGINES.current().url
     try:
-        metrics = await server_info.read_metrics(HTTP, SETTINGS.engine_base_url)
+        metrics = await server_info.read_metrics(HTTP, url)
     except Exception as exc:
         await say_error(exc)
         return
     if metrics is None:
-        await notice(text(lang(), "no_metrics", url=SETTINGS.engine_base_url), "status")
+        await notice(text(lang(), "no_metrics", url=url), "status")
         return
-    await notice(f"**{SETTINGS.engine_base_url}** — {metrics.summary()}", "status")
+    await notice(f"**{url}** — {metrics.summary()}", "status")
 
 
 async def send_export() -> None:
-    model = (cl.user_session.get("engine_model") or (SETTINGS.served_model_name,))[0]
+    model = (cl.user_session.get("engine_model") or (ENGINES.current().name,))[0]
     await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
 
 
@@ -578,7 +586,7 @@ async def on_stop() -> None:
 @cl.on_app_shutdown
 async def on_app_shutdown() -> None:
     # aiohttp (the client's transport) reports a session still open at exit on stderr.
-    await CLIENT.close()
+    await ENGINES.close()
 
 
 @cl.on_chat_end
@@ -601,12 +609,11 @@ if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
     chat_search.install()
-    share_page.install(SETTINGS.public_url, SETTINGS.served_model_name)
+    share_page.install(SETTINGS.public_url, lambda thread: ENGINES.of_thread(thread).name)
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
-        chosen = persona((thread.get("metadata") or {}).get("chat_profile")
-                         if isinstance(thread.get("metadata"), dict) else None)
+        chosen = persona(model_choice.thread_profile(thread))
         metrics.chat_opened()
         conversation, versions = saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt)
@@ -619,6 +626,8 @@ if SETTINGS.chat_db is not None:
         await send_panel()
         session_tasks.after_start(carry_on(thread))
         session_tasks.after_start(switcher.offer_all(lang()))  # on the replies the page shows then
+        if mapped := ENGINES.settle(lang()):  # shown after the saved steps, as the next notice
+            asyncio.create_task(notice_after(RESUME_NOTICE_DELAY_S, mapped, "model_unknown"))
         if moved_here():
             # Chainlit sends the saved steps right after this returns, and the browser replaces
             # what it shows with them: a notice sent now would vanish, so it follows them.

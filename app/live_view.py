@@ -64,8 +64,15 @@ def connected_chats() -> int:
     return len(sio.eio.sockets)
 
 
-def install(engine_url: str, api_key: Optional[str], public_url: str) -> None:
-    """Add the live view's routes to Chainlit's server; call at import time of the app."""
+def server_label(engine_url: str, models: list[str]) -> str:
+    """The page's server line: the engine its figures come from, and with several models served
+    (ERNIE_MODELS) their names, the first being the one the engine figures are of."""
+    return f"{engine_url} · {', '.join(models)}" if models else engine_url
+
+
+def install(engine_url: str, api_key: Optional[str], public_url: str, models: list[str]) -> None:
+    """Add the live view's routes to Chainlit's server; call at import time of the app.
+    ``models``: the served models' names when there are several, else empty."""
     from chainlit.auth import get_current_user
     from chainlit.data import get_data_layer
     from chainlit.server import app
@@ -94,7 +101,7 @@ def install(engine_url: str, api_key: Optional[str], public_url: str) -> None:
         except httpx.HTTPError:
             metrics, engine_up = None, False
         figures = LIVE.snapshot(time.monotonic(), metrics, connected_chats())
-        return JSONResponse({**figures, "server": engine_url, "engine_up": engine_up},
+        return JSONResponse({**figures, "server": server_label(engine_url, models), "engine_up": engine_up},
                             headers={"cache-control": "no-store"})
 
     catch_all_last(app)

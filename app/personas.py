@@ -44,11 +44,11 @@ def persona(name: str | None) -> Persona:
     return next((p for p in PERSONAS if p.name == name), PERSONAS[0])
 
 
+def starters(chosen: Persona, lang: str) -> list[cl.Starter]:
+    return [cl.Starter(label=label, message=message) for label, message in chosen.starters[lang]]
+
+
 def chat_profiles(lang: str) -> list[cl.ChatProfile]:
-    return [
-        cl.ChatProfile(
-            name=p.name, markdown_description=p.description, default=(i == 0),
-            starters=[cl.Starter(label=label, message=message) for label, message in p.starters[lang]],
-        )
-        for i, p in enumerate(PERSONAS)
-    ]
+    return [cl.ChatProfile(name=p.name, markdown_description=p.description, default=(i == 0),
+                           starters=starters(p, lang))
+            for i, p in enumerate(PERSONAS)]

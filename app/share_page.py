@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from html import escape
-from typing import Optional
+from typing import Callable, Optional
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
@@ -82,8 +82,9 @@ def not_found_html(lang: str) -> str:
     return _page(lang, message, f"<h1>{escape(message)}</h1>")
 
 
-def install(public_url: str, model: str) -> None:
-    """Add the shared chats' routes to Chainlit's server (saved chats on); call at import time."""
+def install(public_url: str, model_of: Callable[[dict], str]) -> None:
+    """Add the shared chats' routes to Chainlit's server (saved chats on); call at import time.
+    ``model_of``: the name of a saved chat's (a thread's) model."""
     from chainlit.data import get_data_layer
     from chainlit.server import app
 
@@ -106,7 +107,7 @@ def install(public_url: str, model: str) -> None:
         thread = shared[1]
         conversation, _ = conversation_from_thread(thread, "")
         title = thread.get("name") or text(lang, "share_untitled")
-        return HTMLResponse(page_html(lang, title, conversation, model, token), headers=HEADERS)
+        return HTMLResponse(page_html(lang, title, conversation, model_of(thread), token), headers=HEADERS)
 
     @app.get(share_links.qr_path("{token}"), include_in_schema=False)
     async def shared_qr(token: str, request: Request) -> Response:

@@ -40,6 +40,12 @@ TEXTS: dict[str, dict[str, str]] = {
                 "its replies are word salad. It shows the stack working; set `ERNIE_MODEL` to a "
                 "real checkpoint for real answers.",
         "figures": "{ttft} to first token · {tps} · {prompt} prompt + {completion} reply tokens",
+        # The model picker (app/model_choice.py), with ERNIE_MODELS
+        "model_profile": "Context window: {window} tokens. Recent speed: {speed}.",
+        "model_speed": "{tps} tokens/s (median of the last replies)",
+        "model_no_replies": "no replies yet",
+        "model_unknown": "ℹ️ The model this chat asked for is not served here: it goes on with "
+                         "**{model}**.",
         "dropped": "ℹ️ The conversation is longer than the model's {limit}-token window, so the "
                    "{n} oldest exchange(s) were left out of this request.",
         "stopped": "⏹ Stopped. The text above is kept.",
@@ -223,6 +229,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "demo": "⚠️ 这是内置的**演示模型**：一个只训练了一分钟的小网络，回复没有实际意义，"
                 "只用来展示整套系统在运行。设置 `ERNIE_MODEL` 为真实模型即可获得真正的回答。",
         "figures": "首字 {ttft} · {tps} · 提示 {prompt} + 回复 {completion} 个 token",
+        "model_profile": "上下文窗口：{window} 个 token。最近速度：{speed}。",
+        "model_speed": "每秒 {tps} 个 token（最近几条回复的中位数）",
+        "model_no_replies": "还没有回复",
+        "model_unknown": "ℹ️ 此对话请求的模型不在这里提供：接下来使用 **{model}**。",
         "dropped": "ℹ️ 对话超过了模型 {limit} token 的上下文窗口，本次请求省略了最早的 {n} 轮对话。",
         "stopped": "⏹ 已停止。上面的文字已保留。",
         "too_long": "您的消息有 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请缩短或分段发送。",
@@ -360,14 +370,18 @@ def text(lang: str, key: str, **values) -> str:
     return TEXTS[lang][key].format(**values)
 
 
-def figures_line(lang: str, stats, seed: int | None = None, taken_over: bool = False) -> str:
+def figures_line(lang: str, stats, seed: int | None = None, taken_over: bool = False,
+                 model: str | None = None) -> str:
     """The reply's figures; its marks say when it went on after its engine (``stats.continued``)
-    or its chat server (``taken_over``: app/in_flight.py) stopped."""
+    or its chat server (``taken_over``: app/in_flight.py) stopped; ``model`` starts it when
+    several models are served (app/model_choice.py)."""
     ttft = f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else "–"
     tps = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s else "– tok/s"
     line = text(lang, "figures", ttft=ttft, tps=tps,
                 prompt=stats.prompt_tokens if stats.prompt_tokens is not None else "–",
                 completion=stats.completion_tokens if stats.completion_tokens is not None else "–")
+    if model is not None:
+        line = f"{model} · {line}"
     if seed is not None:
         line += f" · {text(lang, 'seed_figure', seed=seed)}"
     if stats.continued:

@@ -1,0 +1,132 @@
+"""The model a chat talks to: with ERNIE_MODELS, one Chainlit chat profile per served model.
+
+Each served model (``Settings.served_models``) has an :class:`Engine`, made once per process:
+the settings as that model's engine is reached (its URL, served name and window), one OpenAI
+client, one shared answer to what the server is (``app.single_flight``) and the speeds of
+its last replies here.  With one model (no ERNIE_MODELS) the one engine is ERNIE_MODEL's at
+the engine settings, the settings unchanged, and the chat profiles stay the personas.
+
+A chat's model is its chat profile, whose name is the model's served name: Chainlit keeps it
+in the session (``cl.user_session.get("chat_profile")``) and in a saved chat's metadata, and a
+resumed chat gets it back from there (docs/notes.md, "Chainlit 2.12").  The name comes from
+the browser (the socket's ``chatProfile``): :meth:`Engines.pick` only ever looks it up among
+the served models, so a forged one reaches no URL.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Callable, Optional
+
+import chainlit as cl
+from openai import AsyncOpenAI
+
+from app.busy import BusyGauge
+from app.personas import PERSONAS, chat_profiles, starters
+from app.saved_chats import saved_metadata
+from app.server_info import ServerInfo
+from app.single_flight import SingleFlight
+from app.texts import text
+from server.settings import Settings
+from server.settings.model_list import ServedModel
+
+# The replies whose speed a model's profile shows (their median): recent, few enough to move.
+RECENT_SPEEDS = 20
+# What the engine is: asked once for the chats that open within 30 s, again after any error.
+SERVER_MAX_AGE_S = 30.0
+
+
+@dataclass
+class Engine:
+    """One served model as this process talks to it."""
+
+    settings: Settings  # as its engine is reached: engine_base_url, served_model_name, max_model_len
+    client: AsyncOpenAI
+    busy: Optional[BusyGauge] = None
+    server: SingleFlight[ServerInfo] = field(default_factory=lambda: SingleFlight(max_age_s=SERVER_MAX_AGE_S))
+    speeds: deque = field(default_factory=lambda: deque(maxlen=RECENT_SPEEDS))
+
+    @property
+    def name(self) -> str:
+        return self.settings.served_model_name
+
+    @property
+    def url(self) -> str:
+        return self.settings.engine_base_url
+
+    def finished(self, tokens_per_s: Optional[float]) -> None:
+        """A reply this process streamed from the model ended, at this speed (None: unknown)."""
+        if tokens_per_s:
+            self.speeds.append(tokens_per_s)
+
+    def describe(self, lang: str) -> str:
+        """The model's profile text: its window and recent speed."""
+        speed = (text(lang, "model_speed", tps=f"{median(self.speeds):.1f}") if self.speeds
+                 else text(lang, "model_no_replies"))
+        return text(lang, "model_profile", window=f"{self.settings.max_model_len:,}", speed=speed)
+
+
+def thread_profile(thread: dict) -> Optional[str]:
+    """A saved chat's chat profile, as Chainlit keeps it in the thread's metadata."""
+    profile = saved_metadata(thread.get("metadata")).get("chat_profile")
+    return profile if isinstance(profile, str) else None
+
+
+def model_settings(settings: Settings, model: ServedModel) -> Settings:
+    """The settings as ``model``'s engine is reached; the settings themselves for ERNIE_MODEL."""
+    if not settings.models:
+        return settings
+    return settings.model_copy(update={"engine_port": model.port, "served_model_name": model.served_name,
+                                       "max_model_len": model.max_model_len, "models": ""})
+
+
+class Engines:
+    """Every served model's engine, in ERNIE_MODELS' order (the first is the default)."""
+
+    def __init__(self, settings: Settings, make_client: Callable[[Settings], AsyncOpenAI],
+                 make_busy: Callable[[Settings], Optional[BusyGauge]]) -> None:
+        views = [model_settings(settings, model) for model in settings.served_models]
+        self.all = tuple(Engine(view, make_client(view), make_busy(view)) for view in views)
+
+    @property
+    def several(self) -> bool:
+        return len(self.all) > 1
+
+    def pick(self, profile: Optional[str]) -> tuple[Engine, bool]:
+        """The engine of the chat profile ``profile``, and whether it names a served model
+        (always True with one model, whose profiles are the personas); else the first."""
+        found = next((engine for engine in self.all if engine.name == profile), None)
+        return found or self.all[0], found is not None or not self.several
+
+    def of_thread(self, thread: dict) -> Engine:
+        """The engine of a saved chat's model (the first for a profile that is none)."""
+        return self.pick(thread_profile(thread))[0]
+
+    def current(self) -> Engine:
+        """The engine of this chat's model (its chat profile's)."""
+        return self.pick(cl.user_session.get("chat_profile"))[0]
+
+    def settle(self, lang: str) -> Optional[str]:
+        """For a chat whose profile names no served model (forged, or a persona of a chat saved
+        before ERNIE_MODELS): the notice that it goes on with the first model, which it then has."""
+        if self.pick(cl.user_session.get("chat_profile"))[1]:
+            return None
+        first = self.all[0].name
+        cl.context.session.chat_profile = first  # what a saved chat's metadata keeps
+        cl.user_session.set("chat_profile", first)
+        return text(lang, "model_unknown", model=first)
+
+    def profiles(self, lang: str) -> list[cl.ChatProfile]:
+        """The model picker: one profile per served model, each with its window and speed; the
+        personas with one model."""
+        if not self.several:
+            return chat_profiles(lang)
+        return [cl.ChatProfile(name=engine.name, markdown_description=engine.describe(lang), default=(i == 0),
+                               starters=starters(PERSONAS[0], lang))
+                for i, engine in enumerate(self.all)]
+
+    async def close(self) -> None:
+        for engine in self.all:
+            await engine.client.close()
