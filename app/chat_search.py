@@ -23,7 +23,7 @@ from chainlit.server import UserParam, app, get_user_threads
 from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagination, ThreadFilter
 from fastapi import HTTPException, Request
 
-from app.saved_chats import step_metadata
+from app.saved_chats import saved_metadata, step_metadata
 from app.texts import lang_of, text, without_figures
 
 PATH = "/project/threads"
@@ -78,7 +78,16 @@ def page(threads: list[dict], pagination: Pagination) -> PaginatedResponse:
 
 
 class SearchingLayer(SQLAlchemyDataLayer):
-    """Chainlit's SQLAlchemy data layer whose thread list searches as above."""
+    """Chainlit's SQLAlchemy data layer whose thread list searches as above, and whose chats
+    carry their metadata as a dict on SQLite too."""
+
+    async def get_all_user_threads(self, user_id=None, thread_id=None):
+        # On SQLite the column comes back as JSON text, and a reopened chat reaches the browser
+        # so: its menu could not read the chat's profile (the model it runs on) from it.
+        threads = await super().get_all_user_threads(user_id=user_id, thread_id=thread_id)
+        for thread in threads or []:
+            thread["metadata"] = saved_metadata(thread.get("metadata"))
+        return threads
 
     async def list_threads(self, pagination: Pagination, filters: ThreadFilter) -> PaginatedResponse:
         words = query_words(filters.search or "")

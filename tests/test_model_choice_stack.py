@@ -22,7 +22,6 @@ import pytest
 import socketio
 
 from server.loadtest.lib.chat_socket import SOCKET_PATH, user_step
-from server.stack.app_tier import AppTier
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from server.paths import ROOT
@@ -51,18 +50,6 @@ def free_port_pair() -> int:
         return port
 
 
-def without_engine_url(reconfigure):
-    """The app tier's set-up, but for ERNIE_ENGINE_URL with ERNIE_MODELS (which refuses one; the
-    stack that does not yet serve ERNIE_MODELS hands it to every worker): each model's engine
-    is found from the settings."""
-    def reconfigured(tier, settings):
-        reconfigure(tier, settings)
-        for worker in tier.workers:
-            if settings.models:
-                worker.proc.env.pop("ERNIE_ENGINE_URL", None)
-    return reconfigured
-
-
 @pytest.fixture(scope="module")
 def two_models(demo_model, tmp_path_factory):
     """Engines A (the demo folder, 4096 tokens) on P and B (its copy, 1024 tokens) on P + 1, and
@@ -71,8 +58,6 @@ def two_models(demo_model, tmp_path_factory):
     copy = shutil.copytree(demo_model, tmp / "demo-copy")
     port = free_port_pair()
     stacks = []
-    patch = pytest.MonkeyPatch()
-    patch.setattr(AppTier, "reconfigure", without_engine_url(AppTier.reconfigure))
     try:
         for folder, window, at in ((demo_model, TEST_MAX_MODEL_LEN, port), (copy, SMALL_WINDOW, port + 1)):
             settings = engine_settings(tmp / f"engine-{folder.name}", model=str(folder), served_model_name=folder.name,
@@ -86,7 +71,6 @@ def two_models(demo_model, tmp_path_factory):
                              users="alice:wonderland"):
             yield app, urls, (demo_model.name, copy.name)
     finally:
-        patch.undo()
         for stack in stacks:
             stack.stop()
 
@@ -180,6 +164,10 @@ def test_a_saved_chat_on_b_is_reopened_on_b(page_factory, two_models):
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
 
     reopen(page, "Remember the word quince.")
+    page.locator("#chat-profiles").filter(has_text=name_b).wait_for(timeout=30_000)  # the menu follows it
+    page.reload()
+    page.locator(USER).first.wait_for(timeout=60_000)
+    page.locator("#chat-profiles").filter(has_text=name_b).wait_for(timeout=30_000)
     before = requests_of(urls)
     send(page, "Which word?")
     replies = finished_replies(page, 2)
