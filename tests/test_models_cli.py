@@ -46,6 +46,7 @@ def test_an_unknown_model_is_refused_with_the_served_names():
         served_model(several(), "ernie-4.5-0.3b")
     assert "'ernie-4.5-0.3b' is not served here" in str(refused.value)
     assert "ERNIE-4.5-0.3B-PT, other" in str(refused.value)
+    assert "put ERNIE_MODELS in .env" in str(refused.value)
     with pytest.raises(LoadTestError, match="ernie-4.5-0.3b"):  # one model: its name only
         served_model(Settings(_env_file=None), "other")
 

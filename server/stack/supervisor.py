@@ -3,8 +3,9 @@
 Start-up order matters: the app is only useful once the engine answers, so the
 engine copies are waited for first (``engine_tier``: each until ``/health`` and
 ``/v1/models`` answer; with ERNIE_MODELS one tier per model, ``model_tiers``).
-What does not need the engine starts meanwhile: the Chainlit workers (``app_tier``)
-and, when a tier has several processes, HAProxy (``balancer``).  Then the engine is warmed up with requests like the app's
+What does not need the engine starts meanwhile: the Chainlit workers
+(``app_tier``) and, when a tier has several processes, HAProxy (``balancer``).
+Then the engine is warmed up with requests like the app's
 (``warmup``) while the workers finish loading, and the chat URL is printed
 last.  After that the loop restarts whichever child dies, with a capped
 exponential backoff, and gives up with the doctor's diagnosis when an engine

@@ -101,8 +101,9 @@ def served_model(settings, name: Optional[str]) -> ServedModel:
     found = next((m for m in models if name in (m.served_name, m.name)), None) if name else models[0]
     if found is None:
         raise LoadTestError(f"--model {name!r} is not served here; the served names are "
-                            f"{', '.join(m.served_name for m in models)} (ERNIE_MODELS, or "
-                            "ERNIE_MODEL alone)")
+                            f"{', '.join(m.served_name for m in models)}, from ERNIE_MODELS (or "
+                            "ERNIE_MODEL alone) as read from the environment and .env: put "
+                            "ERNIE_MODELS in .env so that `up` and the CLI read the same models")
     return found
 
 
