@@ -76,10 +76,7 @@ def thread_profile(thread: dict) -> Optional[str]:
 
 def model_settings(settings: Settings, model: ServedModel) -> Settings:
     """The settings as ``model``'s engine is reached; the settings themselves for ERNIE_MODEL."""
-    if not settings.models:
-        return settings
-    return settings.model_copy(update={"engine_port": model.port, "served_model_name": model.served_name,
-                                       "max_model_len": model.max_model_len, "models": ""})
+    return settings.serving(model) if settings.models else settings
 
 
 class Engines:

@@ -53,6 +53,13 @@ class ModelSettings(BaseModel):
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
                                self.engine_copies, engine_url=self.engine_url)
 
+    def serving(self, model: ServedModel):
+        """These settings as ``model`` of ERNIE_MODELS is served and reached: its name, served
+        name, port and max-model-len, and no list of models."""
+        return self.model_copy(update={"model": model.name, "served_model_name": model.served_name,
+                                       "engine_port": model.port, "max_model_len": model.max_model_len,
+                                       "models": ""})
+
     @property
     def served_models(self) -> tuple[ServedModel, ...]:
         """Every model the chat offers: ERNIE_MODEL alone where the engine settings say, else

@@ -31,7 +31,7 @@ def tier_settings(settings: Settings, model: ServedModel, share: Optional[float]
     GPU its share."""
     alone = model_plan.model_settings(settings, model.name, model.max_model_len,
                                       share if share is not None else settings.gpu_memory_utilization)
-    return alone.model_copy(update={"served_model_name": model.served_name, "engine_port": model.port})
+    return alone.serving(model)
 
 
 def model_log_path(main_log: Path, served_name: str) -> Path:
