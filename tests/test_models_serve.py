@@ -118,7 +118,7 @@ def test_up_refuses_a_set_that_does_not_fit_before_any_vllm_starts(tmp_path, dem
     shutil.copytree(demo_model, other)
     env = {**os.environ, "ERNIE_MODELS": f"demo:999999,{other}:1024",
            "ERNIE_ENGINE_PORT": str(free_ports(2)), "ERNIE_APP_PORT": str(free_port()),
-           "ERNIE_LOG_FILE": str(tmp_path / "llm.log")}
+           "ERNIE_METRICS_PORT": str(free_port()), "ERNIE_LOG_FILE": str(tmp_path / "llm.log")}
     result = subprocess.run([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
