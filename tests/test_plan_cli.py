@@ -61,7 +61,7 @@ def test_json_gpu_plan_matches_planner(shape, total_gib):
     assert isinstance(r, dict)
     total = total_gib * GIB
     overhead = kp.gpu_overhead(shape)
-    pool = int(0.9 * total) - overhead.total
+    pool = int(0.9 * total) - overhead.before_kv
     blocks = pool // (18_432 * 16)
 
     assert r["kv_bytes_per_token"] == 18_432
@@ -136,7 +136,7 @@ def test_concurrency_gives_utilization_needed(shape):
     rv = r["reverse"]
     assert rv["concurrency"] == 64
     # by hand: 64 x 512 blocks x (16 x 18 KiB) plus the overhead, over 141 GiB
-    needed = 64 * 512 * 16 * 18_432 + kp.gpu_overhead(shape).total
+    needed = 64 * 512 * 16 * 18_432 + kp.gpu_overhead(shape).before_kv
     # rounded up to 4 decimals, never below what is needed
     assert needed / (141 * GIB) <= rv["utilization_needed"] < needed / (141 * GIB) + 1e-4
     # the current pool (0.9) holds 64 requests of up to blocks/64 blocks each

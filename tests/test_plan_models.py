@@ -63,7 +63,7 @@ def request_bytes(name: str, max_model_len: int) -> int:
 
 
 def overhead_bytes(name: str) -> int:
-    return preflight.gpu_overhead_for(load_settings(), load_shape(name)[0]).total
+    return preflight.gpu_overhead_for(load_settings(), load_shape(name)[0]).before_kv
 
 
 # --- the setting -----------------------------------------------------------------
@@ -183,7 +183,7 @@ def test_each_pool_is_the_single_model_plan_at_its_share(big, text):
         alone = single_plan(model.need.name, model.share, model.need.max_model_len, memory)
         assert model.plan == alone
         # The share pays the model's overhead and its pool, nothing else.
-        assert model.plan.kv_pool_bytes + model.plan.overhead.total == int(model.share * memory.total_bytes)
+        assert model.plan.kv_pool_bytes + model.plan.overhead.before_kv == int(model.share * memory.total_bytes)
     assert result.share_total <= 0.9
 
 
@@ -233,7 +233,7 @@ def test_a_share_too_small_for_one_request_says_the_smallest_share_that_fits(big
 
 def test_a_share_that_holds_less_than_max_model_len_names_the_length_that_fits(big):
     memory = gpu(24)
-    share = 0.08  # its pool holds a few thousand tokens, not 8192
+    share = 0.055  # its pool holds a few thousand tokens, not 8192
     result = planned(f"{ERNIE}:8192:{share},{big}:32768:0.8", memory)
     fits = single_plan(ERNIE, share, 8192, memory).num_blocks * 16
     assert 0 < fits < 8192
@@ -300,7 +300,7 @@ def test_cli_table_and_exit_status(big):
     lines = done.stdout.splitlines()
     row = next(line for line in lines if line.strip().startswith(ERNIE))
     alone = single_plan(ERNIE, 0.3, 8192, gpu(141))
-    assert row.split()[1:] == ["0.3000", f"{0.3 * 141:.2f}", "0.67", "1.16",
+    assert row.split()[1:] == ["0.3000", f"{0.3 * 141:.2f}", "0.67", "0.58",
                                f"{alone.kv_pool_bytes / GIB:.2f}", f"{alone.kv_pool_tokens:,}",
                                "8,192", f"{alone.max_concurrency:.1f}"]
     assert any(line.strip().startswith(big[-32:]) and "*" in line for line in lines)

@@ -155,12 +155,12 @@ def test_request_does_not_fit_on_cpu(shape):
 
 
 def test_request_does_not_fit_on_gpu(shape):
-    settings = load_settings(gpu_memory_utilization=0.1, max_model_len=65536)
+    settings = load_settings(gpu_memory_utilization=0.09, max_model_len=65536)
     memory = gpu(24)
     problems = preflight.check(settings, shape, memory)
     assert keys(problems) == ["request_does_not_fit"]
     message = problems[0].message
-    pool = kp.gpu_kv_pool_bytes(memory.total_bytes, 0.1, kp.gpu_overhead(shape))
+    pool = kp.gpu_kv_pool_bytes(memory.total_bytes, 0.09, kp.gpu_overhead(shape))
     fitting = largest_fitting(message)
     assert fitting % 16 == 0
     assert fits(shape, "cuda", pool, fitting)
@@ -181,7 +181,7 @@ def test_plan_for_gpu_uses_settings_overhead(shape):
                                max_num_batched_tokens=4096)
     assert plan.overhead == expected
     assert plan.overhead.cuda_graphs == 0
-    assert plan.kv_pool_bytes == int(0.9 * 24 * GIB) - expected.total
+    assert plan.kv_pool_bytes == int(0.9 * 24 * GIB) - expected.before_kv
 
 
 def test_compare_positive_error():
@@ -208,8 +208,8 @@ def test_pooled_copies_give_each_copy_its_planned_pool_in_bytes(shape, copies):
     planned, overhead = preflight.kv_pool_bytes(share, shape, device)
     pool = int(pooled.kv_cache_gib * GIB)
     assert pool % kp.MIB == 0 and planned - kp.MIB < pool <= planned
-    assert pool + overhead.total <= share.gpu_memory_utilization * device.total_bytes
-    assert copies * (pool + overhead.total) <= settings.gpu_memory_utilization * device.total_bytes
+    assert pool + overhead.before_kv <= share.gpu_memory_utilization * device.total_bytes
+    assert copies * (pool + overhead.before_kv) <= settings.gpu_memory_utilization * device.total_bytes
     # What `up` then predicts is what it asked for, exactly.
     assert preflight.plan_for(preflight.per_copy_settings(pooled, copies), shape, device).kv_pool_bytes == pool
 

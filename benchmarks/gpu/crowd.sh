@@ -515,6 +515,47 @@ PY
     up_start copies-together ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 || exit 1
     direct_burst copies-together/direct 512
     up_stop ;;
+  models)  # ERNIE_MODELS: two shapes served together, the 0.3B and a 1B-like one (hidden 2048, 28
+           # layers, 4 KV heads); `up` prints each KV pool beside the plan's; then each one's tok/s
+           # at 256 chats straight to it, alone and with the other loaded at once, and through the app
+    mkdir -p /tmp/models /tmp/res/models && rm -rf /tmp/models/*
+    cp -r .gpu/model /tmp/models/ernie-0.3b && cp -r .gpu/model /tmp/models/ernie-1b
+    python3 - /tmp/models/ernie-1b/config.json <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config.update(hidden_size=2048, num_hidden_layers=28, num_key_value_heads=4, intermediate_size=6144)
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+    export ERNIE_MODELS=/tmp/models/ernie-0.3b:2048,/tmp/models/ernie-1b:4096
+    cli plan --device cuda | tee /tmp/res/models/plan.txt
+    start=$SECONDS; up_start models || exit 1; echo "chat URL after $((SECONDS - start)) s"
+    grep -E '^\[(models|plan)\]|KV cache:' /tmp/res/models/up.txt
+    for m in ernie-0.3b ernie-1b; do
+        echo "--- $m alone, 256 at once, 40 in / 256 out"
+        direct_burst "models/$m-256" 256 --model "$m" --num-prompts 768
+    done
+    echo "--- both at once, 256 each"
+    pids=()
+    for m in ernie-0.3b ernie-1b; do
+        cli bench --model "$m" --concurrency 256 --num-prompts 768 --input-len 40 --output-len 256 \
+            --warmup 0 --no-plots --out "/tmp/res/models/both-$m" > "/tmp/res/models/both-$m.txt" 2>&1 & pids+=($!)
+    done
+    wait "${pids[@]}"
+    for m in ernie-0.3b ernie-1b; do echo "$m:"; grep -A3 "^ *conc" "/tmp/res/models/both-$m.txt" | head -n 4; done
+    for m in ernie-0.3b ernie-1b; do
+        echo "--- $m through the app: 256 chats (qa-load --model)"
+        cli qa-load --sessions 256 --model "$m" --timeout-s 240 --json > "/tmp/res/models/qa-$m.json"
+        .venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1]))['summary']; print({k: s.get(k) for k in ('sessions','complete','lost','errors')}, 'TTFT ms p50', s['ttft_ms']['median'])" "/tmp/res/models/qa-$m.json"
+    done
+    cli status 2>&1 | tail -n 20
+    up_stop
+    echo "--- one model alone at ERNIE_GPU_MEMORY_UTILIZATION=0.9: its pool beside the plan's too"
+    unset ERNIE_MODELS
+    up_start models/single || exit 1
+    grep -E '^\[plan\]|KV cache:' /tmp/res/models/single/up.txt
+    up_stop
+    .venv/bin/python -c "import pynvml as n; n.nvmlInit(); m = n.nvmlDeviceGetMemoryInfo(n.nvmlDeviceGetHandleByIndex(0), version=n.nvmlMemory_v2); print('NVML total', m.total, 'reserved', m.reserved, 'total - reserved', m.total - m.reserved)"
+    .venv-engine/bin/python -c "import torch; print('CUDA total', torch.cuda.mem_get_info()[1])" ;;
   later-source|later-bytecode)  # 3 later starts of the defaults, as the lent machine has
                                 # its torch (no byte-code: PYTHONDONTWRITEBYTECODE=1 there, so every
                                 # start compiles torch's and sympy's modules again), then with them

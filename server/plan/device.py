@@ -50,16 +50,27 @@ def read_gpu_memory(index: int = 0) -> DeviceMemory:
     pynvml.nvmlInit()
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        memory = usable_memory(pynvml, handle)
         name = pynvml.nvmlDeviceGetName(handle)
         others = []
         for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
             used = (proc.usedGpuMemory or 0) / 1024**3
             others.append(f"pid {proc.pid} ({_cmdline(proc.pid)}) uses {used:.1f} GiB")
         return DeviceMemory("cuda", name if isinstance(name, str) else name.decode(),
-                            int(memory.total), int(memory.free), tuple(others))
+                            memory[0], memory[1], tuple(others))
     finally:
         pynvml.nvmlShutdown()
+
+
+def usable_memory(pynvml, handle) -> tuple[int, int]:
+    """Total and free bytes as CUDA, and so vLLM, sees them: NVML's total counts the memory
+    the driver reserves for itself (0.6 GiB of an H200's 140.4), which no process gets."""
+    try:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return int(memory.total - memory.reserved), int(memory.free)
+    except (AttributeError, pynvml.NVMLError):  # an older driver: its total, reserve and all
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(memory.total), int(memory.free)
 
 
 def _cmdline(pid: int) -> str:

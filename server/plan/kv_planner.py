@@ -11,8 +11,11 @@ How vLLM sizes its KV pool (docs/notes.md, vLLM ``v1/core/kv_cache_utils.py``):
   blocks, so concurrency = blocks / that, and vLLM prints "KV cache size" as
   ``int(concurrency x max_model_len)`` tokens;
 * on a GPU the pool is what is left of ``utilization x total memory`` after the
-  weights, the activation peak of the profiling run, non-torch memory (CUDA
-  context, NCCL, allocator slack) and the CUDA-graph pool: :class:`GpuOverhead`.
+  weights, the activation peak of the profiling run and non-torch memory (CUDA
+  context, NCCL, allocator slack): :class:`GpuOverhead`. The CUDA-graph pool is
+  captured after the KV pool is allocated, so it comes on top of the share (vLLM
+  0.26 logs it as "Actual usage ... for CUDAGraph memory" and leaves it out of
+  "Available KV cache memory").
   ``--max-model-len`` does not size the pool; it only bounds one request.
 """
 
@@ -29,12 +32,11 @@ KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4,
                   "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 BLOCK_SIZE = {"cuda": 16, "cpu": 128}
 
-# GPU overheads outside the weights that vLLM's profiling run finds. Defaults come
-# from vLLM's own accounting on an H200 for this model size (docs/performance.md,
-# "Memory settings");
-# `tune` measures them for the machine at hand.
-DEFAULT_NON_TORCH_BYTES = int(0.55 * GIB)      # CUDA context, cuBLAS workspaces, NCCL
-DEFAULT_CUDA_GRAPH_BYTES = int(0.25 * GIB)     # graph pool for decode batch sizes
+# GPU overheads outside the weights that vLLM's profiling run finds: vLLM 0.26's own
+# accounting on an H200 ("Actual usage is ..." in its log), the same for the 0.3B shape and a
+# 1B one (docs/memory.md, "Several models"); `tune` measures them for the machine at hand.
+DEFAULT_NON_TORCH_BYTES = int(0.22 * GIB)      # CUDA context, cuBLAS workspaces, NCCL
+DEFAULT_CUDA_GRAPH_BYTES = int(0.40 * GIB)     # graph pool for decode batch sizes, on top
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192          # vLLM's default for an online server
 DEFAULT_MAX_NUM_SEQS = 256
 
@@ -136,7 +138,8 @@ def longest_max_model_len(blocks: int, block_size: int, concurrency: float = 1.0
 
 @dataclass(frozen=True)
 class GpuOverhead:
-    """What vLLM's profiling subtracts from utilization x total before the KV pool."""
+    """What a vLLM takes besides its KV pool: all but the CUDA graphs come off its share
+    (utilization x total) before the pool; the graphs come on top (module docstring)."""
 
     weights: int
     activation_peak: int
@@ -144,8 +147,13 @@ class GpuOverhead:
     cuda_graphs: int
 
     @property
+    def before_kv(self) -> int:
+        """What vLLM's profiling subtracts from its share before the KV pool."""
+        return self.weights + self.activation_peak + self.non_torch
+
+    @property
     def total(self) -> int:
-        return self.weights + self.activation_peak + self.non_torch + self.cuda_graphs
+        return self.before_kv + self.cuda_graphs
 
 
 def activation_peak_bytes(shape: ModelShape, max_num_batched_tokens: int, max_num_seqs: int) -> int:
@@ -178,7 +186,7 @@ def gpu_overhead(shape: ModelShape, *, enforce_eager: bool = False,
 
 
 def gpu_kv_pool_bytes(total_bytes: int, utilization: float, overhead: GpuOverhead) -> int:
-    return max(0, int(utilization * total_bytes) - overhead.total)
+    return max(0, int(utilization * total_bytes) - overhead.before_kv)
 
 
 def utilization_for(concurrency: float, max_model_len: int, shape: ModelShape, total_bytes: int,
@@ -186,7 +194,7 @@ def utilization_for(concurrency: float, max_model_len: int, shape: ModelShape, t
                     kv_cache_dtype: str = "auto") -> float:
     """The utilization that gives room for ``concurrency`` requests of ``max_model_len``."""
     blocks = math.ceil(concurrency * blocks_per_request(max_model_len, block_size))
-    needed = blocks * bytes_per_block(shape, block_size, kv_cache_dtype) + overhead.total
+    needed = blocks * bytes_per_block(shape, block_size, kv_cache_dtype) + overhead.before_kv
     # Rounded UP to the 4 decimals a person would type: vLLM computes int(u x total),
     # and the exact quotient can land a byte, and so a block, short.
     return math.ceil(needed / total_bytes * 10_000) / 10_000
@@ -210,7 +218,8 @@ class Plan:
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "overhead"}
         if self.overhead is not None:
-            out["overhead"] = {**self.overhead.__dict__, "total": self.overhead.total}
+            out["overhead"] = {**self.overhead.__dict__, "before_kv": self.overhead.before_kv,
+                               "total": self.overhead.total}
         return out
 
 
@@ -270,7 +279,7 @@ def profiles(shape: ModelShape, device: str, *, kv_cache_dtype: str = "auto",
         utilization = None
         if device == "cuda":
             assert total_bytes and overhead is not None, "a GPU profile needs the device's memory"
-            utilization = (pool + overhead.total) / total_bytes
+            utilization = (pool + overhead.before_kv) / total_bytes
             if utilization > max_utilization:
                 utilization = max_utilization
                 pool = gpu_kv_pool_bytes(total_bytes, utilization, overhead)

@@ -3,7 +3,8 @@
 Each model is a vLLM of its own whose --gpu-memory-utilization is its share, so its pool is
 exactly the single-model plan at that share (:func:`preflight.plan_for`). The shares together
 stay within ERNIE_GPU_MEMORY_UTILIZATION. Shares not given split the rest by need: each such
-model first gets its overhead (weights, activation peak, non-torch memory, CUDA graphs), then
+model first gets what comes off its share before the KV pool (weights, activation peak,
+non-torch memory), then
 the KV memory left goes in proportion to the KV bytes of one request at its max-model-len, so
 that every one of them holds the same number of full-length requests. Shares are rounded down
 to the 4 decimals a person would type, so they never add up to more than the utilization.
@@ -39,8 +40,9 @@ class ModelNeed:
 
     @property
     def minimum_bytes(self) -> int:
-        """The least memory it starts with: its overhead and one full-length request."""
-        return self.overhead.total + self.request_bytes
+        """The least share it starts with: what comes off it before the KV pool, and one
+        full-length request."""
+        return self.overhead.before_kv + self.request_bytes
 
 
 @dataclass(frozen=True)
@@ -91,15 +93,15 @@ def split_shares(needs: tuple[ModelNeed, ...], utilization: float, total_bytes: 
     """Each model's share: the one given, or its part of the rest by need (module docstring)."""
     unshared = [need for need in needs if need.share is None]
     rest = max(0, rest_bytes(needs, utilization, total_bytes))
-    overheads = sum(need.overhead.total for need in unshared) or 1
+    overheads = sum(need.overhead.before_kv for need in unshared) or 1
     kv_left = rest - overheads
     wanted = sum(need.request_bytes for need in unshared) or 1
 
     def computed(need: ModelNeed) -> float:
         # A rest too small even for the overheads (refused by rest_problem) is split by them,
         # so that the shares never add up to more than the utilization.
-        part = (need.overhead.total + kv_left * need.request_bytes / wanted if kv_left > 0
-                else rest * need.overhead.total / overheads)
+        part = (need.overhead.before_kv + kv_left * need.request_bytes / wanted if kv_left > 0
+                else rest * need.overhead.before_kv / overheads)
         return math.floor(part / total_bytes * 10_000) / 10_000
 
     return tuple(need.share if need.share is not None else computed(need) for need in needs)
@@ -137,7 +139,7 @@ def model_problems(model: ModelPlan, total_bytes: int) -> list[str]:
                                   plan.block_size, need.kv_cache_dtype)
     problems.append(
         f"{need.name}: share {model.share:g} gives {have / GIB:.2f} GiB, but its weights, activations "
-        f"and overheads ({need.overhead.total / GIB:.2f} GiB) and one request of max-model-len "
+        f"and overheads ({need.overhead.before_kv / GIB:.2f} GiB) and one request of max-model-len "
         f"{need.max_model_len:,} ({need.request_bytes / GIB:.2f} GiB) need "
         f"{need.minimum_bytes / GIB:.2f} GiB: short by {(need.minimum_bytes - have) / GIB:.2f} GiB. "
         f"Give it a share of {smallest:g} or more{shorter}, or serve fewer models.")

@@ -140,10 +140,11 @@ def render_models(r: dict) -> str:
         share = f"{m['share']:.4f}" + ("" if m["share_given"] else "*")
         lines.append(
             f"  {m['model'][-32:]:<32}{share:>8}{gib(m['share'] * d['total_bytes']):>8}"
-            f"{gib(o['weights']):>9}{gib(o['total'] - o['weights']):>7}{gib(m['kv_pool_bytes']):>9}"
+            f"{gib(o['weights']):>9}{gib(o['before_kv'] - o['weights']):>7}{gib(m['kv_pool_bytes']):>9}"
             f"{m['kv_pool_tokens']:>12,}{m['max_model_len']:>15,}{m['max_concurrency']:>10.1f}")
-    lines += ["", "GiB: the share of the GPU's total memory; other: activations, non-torch memory and "
-              "CUDA graphs; requests: full-length requests at once.",
+    lines += ["", "GiB: the share of the GPU's total memory; other: activations and non-torch memory, which "
+              "come off the share before the KV pool (CUDA graphs come on top); requests: "
+              "full-length requests at once.",
               "* share computed: the rest of the utilization, split so that these models hold as "
               "many full-length requests each."]
     if r["problems"]:
@@ -205,7 +206,7 @@ def render(r: dict) -> str:
         lines.append(
             f"Budget       {r['gpu_memory_utilization']} x {gib(r['device']['total_bytes'])} - weights "
             f"{gib(o['weights'])} - activations {gib(o['activation_peak'])} - non-torch "
-            f"{gib(o['non_torch'])} - CUDA graphs {gib(o['cuda_graphs'])}")
+            f"{gib(o['non_torch'])}; CUDA graphs {gib(o['cuda_graphs'])} on top")
     lines += [
         f"KV pool      {gib(r['kv_pool_bytes'])} = {r['num_blocks']:,} blocks = {r['kv_pool_tokens']:,} tokens",
         f"At max-model-len {r['max_model_len']:,}: {r['max_concurrency']:.1f} requests at once; vLLM will "
