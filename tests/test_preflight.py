@@ -220,3 +220,29 @@ def test_pooled_copies_leave_one_copy_a_cpu_and_a_set_pool_alone(shape):
     assert preflight.pooled_copies(settings, 2, shape, cpu()) is settings
     mine = load_settings(kv_cache_gib=5)
     assert preflight.pooled_copies(mine, 2, shape, gpu(140.4)).kv_cache_gib == 5
+
+
+class FakeNvml:
+    """NVML as its Python binding answers, for a machine without a GPU: ``version`` asks for the
+    v2 figures, which hold the driver's reserve; an old driver has none."""
+
+    nvmlMemory_v2 = 2
+    NVMLError = RuntimeError
+
+    def __init__(self, v2: bool):
+        self.v2 = v2
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        from types import SimpleNamespace
+        if version is not None and not self.v2:
+            raise self.NVMLError("Function Not Found")
+        # The H200's own figures (benchmarks/gpu/crowd.sh `models`): CUDA's total was
+        # 150,109,880,320 = NVML's total less the reserve.
+        return SimpleNamespace(total=150_754_820_096, reserved=644_939_776 if version else None,
+                               free=150_000_000_000)
+
+
+def test_the_gpu_total_is_what_cuda_hands_out():
+    from server.plan.device import usable_memory
+    assert usable_memory(FakeNvml(v2=True), None) == (150_109_880_320, 150_000_000_000)
+    assert usable_memory(FakeNvml(v2=False), None) == (150_754_820_096, 150_000_000_000)
