@@ -188,7 +188,7 @@ def start_session(conversation: Conversation) -> None:
 
 async def send_panel() -> None:
     params: ChatParams = cl.user_session.get("params")
-    await panel(params, max_reply_budget(), lang()).send()
+    await panel(params, max_reply_budget(), lang(), SETTINGS.system_prompt if ENGINES.several else None).send()
 
 
 def max_reply_budget() -> int:
@@ -280,11 +280,13 @@ async def on_chat_start() -> None:
 @cl.on_settings_update
 async def on_settings_update(values: dict) -> None:
     try:
-        params = apply(values, cl.user_session.get("params"), max_reply_budget())
+        params = apply(values, cl.user_session.get("params"), max_reply_budget(), SETTINGS.system_prompt)
     except BadSeed as exc:
         await show_error(text(lang(), "bad_seed", value=exc.value, max=MAX_SEED), "bad_seed")
         return
     use_params(params)
+    if params.system_prompt != str(values.get("system_prompt", params.system_prompt)):
+        await send_panel()  # a persona chosen: the prompt field shows its prompt
     if SETTINGS.chat_db is not None:
         await saved_chats.save_settings(cl.context.session)
 

@@ -124,6 +124,7 @@ TEXTS: dict[str, dict[str, str]] = {
                     "settings and figures:",
         "export_empty": "Nothing to export yet: ask something first.",
         "seed_label": "Seed (same seed, same reply)",
+        "persona_label": "Persona (sets the system prompt)",
         "seed_help": "Empty: a new reply every time. A whole number: the same message and settings "
                      "give the same reply (for QA and demos).",
         "seed_figure": "seed {seed}",
@@ -287,6 +288,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "exported": "本次对话（{turns} 轮）的导出：Markdown 便于阅读，JSON 含设置和速度数据：",
         "export_empty": "还没有可导出的内容：请先提问。",
         "seed_label": "随机种子（相同种子，相同回复）",
+        "persona_label": "角色（设置系统提示词）",
         "seed_help": "留空：每次回复不同。填写整数：相同的消息和设置得到相同的回复（用于测试和演示）。",
         "seed_figure": "种子 {seed}",
         "bad_seed": "设置未生效：种子 {value} 不是 0 到 {max} 之间的整数。留空则每次回复不同。",

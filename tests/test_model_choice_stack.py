@@ -223,3 +223,28 @@ def test_a_forged_chat_profile_gets_the_first_model_and_is_told_so(two_models, p
     replies = [m["output"] for m in shown if m["kind"] == "reply" and "⏱" in m["output"]]
     assert replies and replies[-1].split("⏱")[-1].strip().startswith(f"{name_a} ·"), shown
     assert after[0] == before[0] + 1 and after[1] == before[1], (before, after)
+
+
+def test_with_models_the_panel_offers_the_personas_and_one_reaches_the_engine(page_factory, two_models):
+    app, urls, (name_a, _) = two_models
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    pick(page, name_a)
+    send(page, "Hello there.")
+    [plain] = finished_replies(page, 1)
+
+    page.locator("#new-chat-button").click()  # the same first message in a new chat, as the Tutor
+    page.locator("#confirm").click()
+    page.locator(USER).first.wait_for(state="detached", timeout=30_000)
+    page.locator("#chat-settings-open-modal").click()
+    page.locator("#persona").click()
+    page.get_by_role("option", name="Tutor").click()
+    page.get_by_role("button", name=re.compile("Confirm|确认")).click()
+    page.locator("#chat-settings-open-modal").click()  # the panel shows the persona's prompt
+    page.locator("#system_prompt").filter(has_text="patient tutor").wait_for(timeout=30_000)
+    page.keyboard.press("Escape")
+    send(page, "Hello there.")
+    [tutored] = finished_replies(page, 1)
+    # The engine counted the Tutor's longer system prompt (vLLM's own prompt count).
+    prompt = [int(re.search(r"(\d+) prompt", reply).group(1)) for reply in (plain, tutored)]
+    assert prompt[1] > prompt[0] + 5, prompt
