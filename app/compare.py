@@ -115,7 +115,6 @@ class Frames:
         self._send, self._size = send, size
         self._changed = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
-        self.sent = 0
 
     def changed(self) -> None:
         self._changed.set()
@@ -124,12 +123,8 @@ class Frames:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            await self._flush()
+            await self._send()
             await asyncio.sleep(flush_interval(STREAMING.count, self._size(), EVERY_S))
-
-    async def _flush(self) -> None:
-        self.sent += 1
-        await self._send()
 
     async def __aenter__(self) -> "Frames":
         self._task = asyncio.create_task(self._run())
@@ -141,7 +136,7 @@ class Frames:
             await self._task
         except asyncio.CancelledError:
             pass
-        await self._flush()
+        await self._send()
 
 
 async def run(question: str, job: Job) -> None:

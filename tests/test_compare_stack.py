@@ -15,11 +15,12 @@ import pytest
 from app.texts import text
 from server.paths import ROOT
 from server.stack import provision
+from server.usage_log import read_usage
 from tests.conftest import metric
 from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, browser, log_in, open_chat, page_factory, send)
-from tests.test_model_choice_stack import requests_of, requests_when, serve_two_models
+from tests.test_model_choice_stack import SMALL_WINDOW, long_text, requests_of, requests_when, serve_two_models
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
@@ -33,7 +34,12 @@ QUESTION = "Why is the sky blue, and why are sunsets red?"
 @pytest.fixture(scope="module")
 def compare_app(demo_model, engine_python, tmp_path_factory):
     small = provision.ensure_demo_model(ROOT / ".cache" / "demo-model-small", engine_python, ROOT, size="small")
-    yield from serve_two_models(demo_model, small, tmp_path_factory.mktemp("compare"), max_tokens=REPLY_TOKENS)
+    tmp = tmp_path_factory.mktemp("compare")
+    yield from serve_two_models(demo_model, small, tmp, max_tokens=REPLY_TOKENS, usage_log=tmp / "usage.jsonl")
+
+
+def usage_records(app) -> list[dict]:
+    return read_usage(app.usage_log)[0] if app.usage_log.exists() else []
 
 
 def running_when_idle(urls: list[str], within_s: float) -> list[float]:
@@ -52,7 +58,7 @@ def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reop
     send(page, "/compare")
     page.locator(ASSISTANT).filter(has_text="to send one question to every served model").wait_for(timeout=30_000)
 
-    before = requests_of(urls)
+    before, logged = requests_of(urls), len(usage_records(app))
     send(page, f"/compare {QUESTION}")
     page.locator(COLUMN).nth(1).wait_for(timeout=60_000)
     assert page.locator(NAME).all_inner_texts() == list(names)
@@ -62,6 +68,8 @@ def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reop
         assert column.locator(BODY).inner_text().strip(), column.inner_text()
         assert FIGURES.search(column.locator(FIGURES_LINE).inner_text()), column.inner_text()
     assert requests_when(urls, [before[0] + 1, before[1] + 1]) == [before[0] + 1, before[1] + 1]
+    replies = usage_records(app)[logged:]  # the usage log has a line per model's reply
+    assert [(r["completion_tokens"], r.get("user")) for r in replies] == [(REPLY_TOKENS, "alice")] * 2, replies
     # Beside the columns the message's Markdown copy stays hidden.
     assert not page.get_by_text(text("en", "compare_not_history")).is_visible()
     page.set_viewport_size({"width": 1400, "height": 900})
@@ -78,6 +86,23 @@ def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reop
     shown = saved.inner_text()
     assert QUESTION in shown and all(name in shown for name in names), shown
     assert len(FIGURES.findall(shown)) == 2, shown
+
+
+def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_other_answers(
+        page_factory, compare_app):
+    app, urls, names = compare_app
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    question = long_text(urls[1], names[1], SMALL_WINDOW + 100)  # B's window is A's quarter
+    before = requests_of(urls)
+    send(page, f"/compare {question}")
+    page.locator(FIGURES_LINE).first.wait_for(timeout=120_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
+    a, b = page.locator(COLUMN).all()
+    assert FIGURES.search(a.locator(FIGURES_LINE).inner_text()), a.inner_text()
+    assert "tokens long" in b.locator(NOTE).inner_text(), b.inner_text()
+    assert not b.locator(FIGURES_LINE).count() and not b.locator(BODY).inner_text().strip()
+    assert requests_when(urls, [before[0] + 1, before[1]]) == [before[0] + 1, before[1]]
 
 
 def test_stop_ends_every_column_and_each_engines_request(page_factory, compare_app):
