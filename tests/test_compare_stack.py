@@ -29,6 +29,7 @@ FIGURES = re.compile(rf"\d+ ms to first token · [\d.]+ tok/s · \d+ prompt \+ {
 COLUMN, NAME, BODY, NOTE, FIGURES_LINE = (".compare-column", ".compare-model", ".compare-text",
                                           ".compare-note", ".compare-figures")
 QUESTION = "Why is the sky blue, and why are sunsets red?"
+HOSTILE = '<img src="x" onerror="window.pwned = 1">'
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_oth
     log_in(page, "alice", "wonderland")
     question = long_text(urls[1], names[1], SMALL_WINDOW + 100)  # B's window is A's quarter
     before = requests_of(urls)
-    send(page, f"/compare {question}")
+    send(page, f"/compare {HOSTILE} {question}")
     page.locator(FIGURES_LINE).first.wait_for(timeout=120_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
     a, b = page.locator(COLUMN).all()
@@ -103,6 +104,8 @@ def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_oth
     assert "tokens long" in b.locator(NOTE).inner_text(), b.inner_text()
     assert not b.locator(FIGURES_LINE).count() and not b.locator(BODY).inner_text().strip()
     assert requests_when(urls, [before[0] + 1, before[1]]) == [before[0] + 1, before[1]]
+    # The question is in the message's Markdown (hidden beside the columns): as text, never as HTML.
+    assert page.evaluate("window.pwned") is None and not page.locator('img[src="x"]').count()
 
 
 def test_stop_ends_every_column_and_each_engines_request(page_factory, compare_app):
