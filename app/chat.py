@@ -27,7 +27,7 @@ from chainlit.data import get_data_layer
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (admin_page, auth_sessions, boot_cookie, chat_search, drain, export, failover, files_dir,
+from app import (admin_page, auth_sessions, boot_cookie, chat_search, compare, drain, export, failover, files_dir,
                  in_flight, live_chats, live_view, login, metrics, model_choice, oidc, origins, page_policy,
                  regenerate, saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
                  share_page, share_qr, switcher, token_count, upload_check, upload_limit)
@@ -73,6 +73,7 @@ live_view.install(ENGINES.all[0].url, SETTINGS.api_key_value, SETTINGS.public_ur
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
+COMPARE_COMMAND = "/compare"
 SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
 # Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
 # only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
@@ -157,10 +158,7 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
     chosen = ENGINES.current()
     chosen.server.forget()
-    detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    await show_error(text(lang(), kind, url=chosen.url,
-                          seconds=SETTINGS.request_timeout_s, model=chosen.name,
-                          detail=detail[:300], wait=SETTINGS.continue_wait_s), kind)
+    await show_error(chosen.error_text(lang(), kind, exc), kind)
 
 
 def engine_restarting() -> bool:
@@ -323,6 +321,9 @@ async def on_message(message: cl.Message) -> None:
         return
     if message.content.strip() in (SHARE_COMMAND, UNSHARE_COMMAND):
         await share_chat(message.content.strip() == SHARE_COMMAND)
+        return
+    if (question := compare.question_of(message.content, COMPARE_COMMAND)) is not None:
+        await compare_models(clean_text(question))
         return
     if not await admitted():
         return
@@ -536,6 +537,17 @@ async def show_status() -> None:
         await notice(text(lang(), "no_metrics", url=url), "status")
         return
     await notice(f"**{url}** — {metrics.summary()}", "status")
+
+
+async def compare_models(question: str) -> None:
+    """``/compare``: the question to every served model at once, side by side (app/compare.py);
+    one message for the user's limits, each model's tokens on their day."""
+    if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
+        await notice(refused, "compare_refused")
+    elif await admitted():
+        await compare.run(question, compare.Job(
+            ENGINES.all, HTTP, SETTINGS, cl.user_session.get("params"), lang(), COMPARE_COMMAND,
+            spend_tokens, login_name(), cl.user_session.get("asked_at")))
 
 
 async def send_export() -> None:

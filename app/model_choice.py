@@ -61,6 +61,12 @@ class Engine:
         if tokens_per_s:
             self.speeds.append(tokens_per_s)
 
+    def error_text(self, lang: str, kind: str, exc: BaseException) -> str:
+        """The chat's text for an error ``kind`` (app.engine_client.error_kind) of this engine."""
+        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return text(lang, kind, url=self.url, seconds=self.settings.request_timeout_s, model=self.name,
+                    detail=detail[:300], wait=self.settings.continue_wait_s)
+
     def describe(self, lang: str) -> str:
         """The model's profile text: its window and recent speed."""
         speed = (text(lang, "model_speed", tps=f"{median(self.speeds):.1f}") if self.speeds

@@ -210,6 +210,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "share_untitled": "Shared chat",
         "search_too_long": "The search is too long: at most {limit} characters. Search for a few "
                            "words of the chat.",
+        # /compare (app/compare.py)
+        "compare_usage": "Type `{command} <question>` to send one question to every served model at "
+                         "once and see their replies side by side.",
+        "compare_needs_models": "`{command}` needs several models: set `ERNIE_MODELS` with two or "
+                                "more models (docs/models.md). This chat has one.",
+        "compare_title": "⚖️ **{command}**: {question}",
+        "compare_stopped": "⏹ Stopped. The text so far is kept.",
+        "compare_not_history": "Not part of the conversation: the chat's model does not see it.",
     },
     "zh": {
         "welcome": "你好！我是 **{model}**，由{server}提供服务。请随便问吧；每条回复下方显示速度数据。",
@@ -360,6 +368,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "share_not_found": "这里没有共享的对话：链接有误，或已被收回。",
         "share_untitled": "共享的对话",
         "search_too_long": "搜索内容太长：最多 {limit} 个字符。请只搜索对话中的几个词。",
+        "compare_usage": "输入 `{command} <问题>`，即可把同一个问题同时发给所有模型，并排查看它们的回复。",
+        "compare_needs_models": "`{command}` 需要多个模型：请在 `ERNIE_MODELS` 中设置两个或更多模型"
+                                "（docs/models.md）。本对话只有一个模型。",
+        "compare_title": "⚖️ **{command}**：{question}",
+        "compare_stopped": "⏹ 已停止。已生成的文字已保留。",
+        "compare_not_history": "不属于对话内容：对话的模型看不到它。",
     },
 }
 

@@ -52,24 +52,30 @@ def free_port_pair() -> int:
 
 @pytest.fixture(scope="module")
 def two_models(demo_model, tmp_path_factory):
-    """Engines A (the demo folder, 4096 tokens) on P and B (its copy, 1024 tokens) on P + 1, and
-    the app with ERNIE_MODELS on both; yields (app settings, A's URL, B's URL, A's and B's names)."""
+    """A: the demo model; B: a copy of its folder, so served under another name."""
     tmp = tmp_path_factory.mktemp("two-models")
-    copy = shutil.copytree(demo_model, tmp / "demo-copy")
+    yield from serve_two_models(demo_model, shutil.copytree(demo_model, tmp / "demo-copy"), tmp,
+                                max_tokens=REPLY_TOKENS)
+
+
+def serve_two_models(demo_model, second, tmp, **app_settings):
+    """Engines A (``demo_model``, 4096 tokens) on P and B (``second``, 1024 tokens) on P + 1, and
+    the app with ERNIE_MODELS on both, saved chats, login and ``app_settings``; yields (app
+    settings, [A's URL, B's URL], (A's name, B's name))."""
     port = free_port_pair()
     stacks = []
     try:
-        for folder, window, at in ((demo_model, TEST_MAX_MODEL_LEN, port), (copy, SMALL_WINDOW, port + 1)):
+        for folder, window, at in ((demo_model, TEST_MAX_MODEL_LEN, port), (second, SMALL_WINDOW, port + 1)):
             settings = engine_settings(tmp / f"engine-{folder.name}", model=str(folder), served_model_name=folder.name,
                                        engine_port=at, max_model_len=window)
             stacks.append(Stack(settings, root=ROOT))
             stacks[-1].start_engine()
-        models = f"{demo_model}:{TEST_MAX_MODEL_LEN},{copy}:{SMALL_WINDOW}"
+        models = f"{demo_model}:{TEST_MAX_MODEL_LEN},{second}:{SMALL_WINDOW}"
         urls = [stack.settings.engine_base_url for stack in stacks]
         for app in start_app(tmp / "app", models=models, engine_port=port, kv_cache_gib=None,
-                             ignore_eos=True, max_tokens=REPLY_TOKENS, chat_db=tmp / "chats.db",
-                             users="alice:wonderland"):
-            yield app, urls, (demo_model.name, copy.name)
+                             ignore_eos=True, chat_db=tmp / "chats.db", users="alice:wonderland",
+                             **app_settings):
+            yield app, urls, (demo_model.name, second.name)
     finally:
         for stack in stacks:
             stack.stop()

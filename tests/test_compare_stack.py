@@ -1,0 +1,138 @@
+"""``/compare`` (app/compare.py) against two real vLLMs and a real Chromium.
+
+The engines and the app are test_model_choice_stack's: A the demo model (4096 tokens), B the
+smaller demo model (1024 tokens), whose replies differ from A's.  Which engines answered, and that Stop ended their requests, is read from
+the engines' own /metrics, never from the app's texts.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from app.texts import text
+from server.paths import ROOT
+from server.stack import provision
+from server.usage_log import read_usage
+from tests.conftest import metric
+from tests.screenshots import screenshot_path
+from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
+    ASSISTANT, USER, browser, log_in, open_chat, page_factory, send)
+from tests.test_model_choice_stack import SMALL_WINDOW, long_text, requests_of, requests_when, serve_two_models
+
+pytestmark = [pytest.mark.engine, pytest.mark.browser]
+
+REPLY_TOKENS = 48
+FIGURES = re.compile(rf"\d+ ms to first token · [\d.]+ tok/s · \d+ prompt \+ {REPLY_TOKENS} reply tokens")
+COLUMN, NAME, BODY, NOTE, FIGURES_LINE = (".compare-column", ".compare-model", ".compare-text",
+                                          ".compare-note", ".compare-figures")
+QUESTION = "Why is the sky blue, and why are sunsets red?"
+HOSTILE = '<img src="x" onerror="window.pwned = 1">'
+
+
+@pytest.fixture(scope="module")
+def compare_app(demo_model, engine_python, tmp_path_factory):
+    small = provision.ensure_demo_model(ROOT / ".cache" / "demo-model-small", engine_python, ROOT, size="small")
+    tmp = tmp_path_factory.mktemp("compare")
+    yield from serve_two_models(demo_model, small, tmp, max_tokens=REPLY_TOKENS, usage_log=tmp / "usage.jsonl")
+
+
+def usage_records(app) -> list[dict]:
+    return read_usage(app.usage_log)[0] if app.usage_log.exists() else []
+
+
+def running_when_idle(urls: list[str], within_s: float) -> list[float]:
+    """Each engine's running requests, once none runs or ``within_s`` passed."""
+    deadline = time.monotonic() + within_s
+    while any(now := [metric(url, "vllm:num_requests_running") for url in urls]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reopened_chat_shows_it(
+        page_factory, compare_app, tmp_path):
+    app, urls, names = compare_app
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    send(page, "/compare")
+    page.locator(ASSISTANT).filter(has_text="to send one question to every served model").wait_for(timeout=30_000)
+
+    before, logged = requests_of(urls), len(usage_records(app))
+    send(page, f"/compare {QUESTION}")
+    page.locator(COLUMN).nth(1).wait_for(timeout=60_000)
+    assert page.locator(NAME).all_inner_texts() == list(names)
+    page.locator(FIGURES_LINE).nth(1).wait_for(timeout=120_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
+    for column in page.locator(COLUMN).all():
+        assert column.locator(BODY).inner_text().strip(), column.inner_text()
+        assert FIGURES.search(column.locator(FIGURES_LINE).inner_text()), column.inner_text()
+    assert requests_when(urls, [before[0] + 1, before[1] + 1]) == [before[0] + 1, before[1] + 1]
+    replies = usage_records(app)[logged:]  # the usage log has a line per model's reply
+    assert [(r["completion_tokens"], r.get("user")) for r in replies] == [(REPLY_TOKENS, "alice")] * 2, replies
+    # Beside the columns the message's Markdown copy stays hidden.
+    assert not page.get_by_text(text("en", "compare_not_history")).is_visible()
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.locator(COLUMN).first.scroll_into_view_if_needed()
+    page.screenshot(path=screenshot_path("compare.png", tmp_path))
+
+    send(page, "/export")  # the chat's model never saw the comparison: nothing to export
+    page.get_by_text(text("en", "export_empty")).wait_for(timeout=30_000)
+
+    page.reload()  # the saved chat: Chainlit's data layer kept the Markdown, not the element
+    page.locator(USER).first.wait_for(timeout=60_000)
+    saved = page.locator(ASSISTANT).filter(has_text=text("en", "compare_not_history"))
+    saved.wait_for(timeout=30_000)
+    shown = saved.inner_text()
+    assert QUESTION in shown and all(name in shown for name in names), shown
+    assert len(FIGURES.findall(shown)) == 2, shown
+
+
+def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_other_answers(
+        page_factory, compare_app):
+    app, urls, names = compare_app
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    question = long_text(urls[1], names[1], SMALL_WINDOW + 100)  # B's window is A's quarter
+    before = requests_of(urls)
+    send(page, f"/compare {HOSTILE} {question}")
+    page.locator(FIGURES_LINE).first.wait_for(timeout=120_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
+    a, b = page.locator(COLUMN).all()
+    assert FIGURES.search(a.locator(FIGURES_LINE).inner_text()), a.inner_text()
+    assert "tokens long" in b.locator(NOTE).inner_text(), b.inner_text()
+    assert not b.locator(FIGURES_LINE).count() and not b.locator(BODY).inner_text().strip()
+    assert requests_when(urls, [before[0] + 1, before[1]]) == [before[0] + 1, before[1]]
+    # The question is in the message's Markdown (hidden beside the columns): as text, never as HTML.
+    assert page.evaluate("window.pwned") is None and not page.locator('img[src="x"]').count()
+
+
+def test_stop_ends_every_column_and_each_engines_request(page_factory, compare_app):
+    app, urls, names = compare_app
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    page.locator("#chat-settings-open-modal").click()
+    page.get_by_role("slider").last.focus()
+    page.keyboard.press("End")  # the most the model's window allows: the replies run long
+    page.get_by_role("button", name=re.compile("Confirm")).click()
+
+    send(page, "/compare Tell me a long story.")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.compare-text')].filter(t => t.innerText.length > 20).length == 2",
+        timeout=120_000)
+    assert running_when_idle(urls, 0) == [1, 1], "both engines should be generating"
+    page.locator("#stop-button").evaluate("button => button.click()")
+    assert running_when_idle(urls, 3) == [0, 0], "an engine still generates 3 s after Stop"
+    page.locator(NOTE).nth(1).wait_for(timeout=30_000)
+    for column in page.locator(COLUMN).all():
+        assert "Stopped" in column.locator(NOTE).inner_text()
+        assert len(column.locator(BODY).inner_text()) > 20, "a stopped column lost its text"
+        assert not column.locator(FIGURES_LINE).count(), "a column ran to its end: Stop did not stop it"
+
+
+def test_with_one_model_compare_says_it_needs_several(page_factory, chat_app):
+    page = open_chat(page_factory, chat_app)
+    send(page, "/compare x")
+    page.get_by_text("needs several models").wait_for(timeout=30_000)
+    assert not page.locator(COLUMN).count()
