@@ -165,6 +165,14 @@ def test_models_on_loopback_listen_on_their_own_ports_without_a_balancer():
     assert not t.needs_balancer and balancer_config(t, s) is None
 
 
+def test_the_apps_connections_from_the_engines_own_address_are_not_limited():
+    """On a LAN address the app reaches the engine there, from that address: a crowd's worth."""
+    for host, trusted in (("10.1.2.3", ("127.0.0.0/8", "::1", "10.1.2.3")), ("0.0.0.0", ("127.0.0.0/8", "::1")),
+                          ("::", ("127.0.0.0/8", "::1"))):
+        s = exposed(engine_host=host, models="demo,demo-small", app_host="127.0.0.1")
+        assert {f.trusted for f in balancer_config(plan_topology(s, "cpu", 2, ports()), s).frontends} == {trusted}
+
+
 def test_a_served_name_cannot_write_into_haproxys_config(tmp_path):
     """Served names are folder names: a newline in one must not add a line to the config, and
     two that sanitize alike must not share a frontend."""

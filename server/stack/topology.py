@@ -31,6 +31,7 @@ loopback port of its own and HAProxy takes the model's port, one guarded fronten
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -174,13 +175,24 @@ def engine_frontends(topology: Topology, limit: int) -> list[Frontend]:
     """The engine's frontend, or with ERNIE_MODELS one per model on the model's port."""
     # The app's own connections come from this machine, one per streaming chat: a
     # crowd's worth. Loopback reaches the copies directly anyway, so the limit spares it.
-    exposed = topology.engine_exposed
+    exposed, host = topology.engine_exposed, topology.engine_host
+    trusted = ("127.0.0.0/8", "::1", *own_address(host))
     fronts = ([(frontend_name(i, m.served_name), m.port, (m.copy,)) for i, m in enumerate(topology.models)]
               or [("engine", topology.engine_port, topology.copies)])
-    return [Frontend(name, topology.engine_host, port, tuple(Backend(c.host, c.port) for c in copies),
+    return [Frontend(name, host, port, tuple(Backend(c.host, c.port) for c in copies),
                      health_path="/health", keyed=exposed, per_client=limit if exposed else 0,
-                     trusted=("127.0.0.0/8", "::1"), replay=True)
+                     trusted=trusted, replay=True)
             for name, port, copies in fronts]
+
+
+def own_address(host: str) -> tuple[str, ...]:
+    """The engine's address when it is one, not a wildcard or a name: the app reaches the engine
+    there, so its crowd of connections comes from that address, which no other machine's can
+    (a handshake from a forged source never completes)."""
+    try:
+        return () if ipaddress.ip_address(host).is_unspecified else (host,)
+    except ValueError:
+        return ()
 
 
 def frontend_name(index: int, served_name: str) -> str:
