@@ -117,6 +117,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return report.print_plan(args, load_settings())
 
 
+def with_generated_key(settings):
+    """The settings with the key `up` made for an exposed engine, where ERNIE_API_KEY is unset:
+    HAProxy asks for it on every path."""
+    from pydantic import SecretStr
+
+    from server.paths import GENERATED_ENGINE_KEY, ROOT
+    path = ROOT / GENERATED_ENGINE_KEY
+    if settings.api_key is not None or not path.exists():
+        return settings
+    return settings.model_copy(update={"api_key": SecretStr(path.read_text().strip())})
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """The engine's live state from /metrics, once or every few seconds with --watch."""
     import time
@@ -124,7 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     from server.metrics import NoEngineStats, fetch_metrics
-    settings = load_settings()
+    settings = with_generated_key(load_settings())
     while True:
         for model in settings.served_models:  # with ERNIE_MODELS, each model's engine
             try:

@@ -31,7 +31,7 @@ from pydantic import SecretStr
 from server import chat_db, oidc_discovery
 from server.engine_state import write_state
 from server.errors import ErnieChatError
-from server.paths import ROOT
+from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
@@ -103,7 +103,7 @@ class Stack:
         s = self.settings
         if not engine_exposed(s) or s.api_key is not None:
             return
-        path = self.root / ".cache" / "engine-api-key"
+        path = self.root / GENERATED_ENGINE_KEY
         key = read_or_create_secret(path)
         self.settings = s.model_copy(update={"api_key": SecretStr(key)})
         self.out(f"[security] vLLM listens on {s.engine_host}, so it requires an API key. None was "
