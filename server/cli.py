@@ -117,6 +117,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return report.print_plan(args, load_settings())
 
 
+def with_generated_key(settings):
+    """The settings with the key `up` made for an exposed engine, where ERNIE_API_KEY is unset:
+    HAProxy asks for it on every path."""
+    from pydantic import SecretStr
+
+    from server.paths import GENERATED_ENGINE_KEY, ROOT
+    path = ROOT / GENERATED_ENGINE_KEY
+    if settings.api_key is not None or not path.exists():
+        return settings
+    return settings.model_copy(update={"api_key": SecretStr(path.read_text().strip())})
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """The engine's live state from /metrics, once or every few seconds with --watch."""
     import time
@@ -124,7 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     from server.metrics import NoEngineStats, fetch_metrics
-    settings = load_settings()
+    settings = with_generated_key(load_settings())
     while True:
         for model in settings.served_models:  # with ERNIE_MODELS, each model's engine
             try:
@@ -162,10 +174,19 @@ def cmd_settings(args: argparse.Namespace) -> int:
         command = engine_command(settings, settings.model, device, "python")
         print(f"\nvLLM command on {device}:\n  {command.printable()}")
         return 0
+    from server.settings import engine_exposed
     from server.stack.model_tiers import tier_settings
+    from server.stack.processes import free_port
+    from server.stack.topology import plan_topology
+    copies = plan_topology(settings, device, os.cpu_count() or 1, free_port).model_copies
     for model, entry in zip(settings.served_models, settings.model_entries):
-        command = engine_command(tier_settings(settings, model, entry.share), model.name, device, "python")
+        command = engine_command(tier_settings(settings, model, entry.share), model.name, device, "python",
+                                 copies[model.served_name])
         print(f"\nvLLM command of {model.served_name} on {device}:\n  {command.printable()}")
+    if engine_exposed(settings):
+        print(f"\nEach vLLM listens on a loopback port that is free now (`up` picks one again at each "
+              f"start); HAProxy listens on each model's port of {settings.engine_host} and asks for "
+              "the API key.")
     if device == "cuda":
         print("\nA share not given in ERNIE_MODELS is `up`'s plan (`ernie-chat plan`), not the "
               "--gpu-memory-utilization shown.")

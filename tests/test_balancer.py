@@ -12,8 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from server.settings import Settings
 from server.stack import balancer
+from server.stack.engine_args import EngineCopy
 from server.stack.processes import free_port
+from server.stack.topology import ModelEngine, Topology, balancer_config
 
 
 class Upstream(ThreadingHTTPServer):
@@ -64,6 +67,11 @@ def start_haproxy(upstreams, tmp_path, **front_kind):
                                        tmp_path)
     process.start()
     url = f"http://127.0.0.1:{port}"
+    wait_listening(url)
+    return url, process
+
+
+def wait_listening(url: str) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -71,7 +79,6 @@ def start_haproxy(upstreams, tmp_path, **front_kind):
             break
         except httpx.TransportError:
             time.sleep(0.1)
-    return url, process
 
 
 @pytest.fixture
@@ -150,3 +157,32 @@ def test_a_server_that_refuses_connections_is_down_at_once_not_after_its_checks(
     log = (tmp_path / "haproxy.log").read_text()
     # "Health analyze": taken down by what the requests met, before two checks could fail.
     assert re.search(r"engine0 is DOWN, reason: Health analyze.*L4 unsuccessful connection", log), log
+
+
+def test_each_models_frontend_asks_for_the_key_and_reaches_only_its_own_server(upstreams, tmp_path):
+    """ERNIE_MODELS exposed: one keyed frontend per model (server/stack/topology.py), each in
+    front of its model's server alone."""
+    key = "k" * 43
+    ports = [free_port(), free_port()]
+    models = tuple(ModelEngine(name, port, EngineCopy("127.0.0.1", server.server_port))
+                   for name, port, server in zip(("a", "b"), ports, upstreams))
+    topology = Topology("cpu", 1, (models[0].copy,), (), "127.0.0.1", 8080, "127.0.0.2", ports[0],
+                        engine_exposed=True, models=models)
+    config = balancer_config(topology, Settings(_env_file=None),
+                             balancer.max_connections(balancer.open_files_limit()))
+    process = balancer.managed_haproxy(config, tmp_path / "haproxy.cfg", tmp_path / "haproxy.log",
+                                       tmp_path, key)
+    process.start()
+    try:
+        for port, server in zip(ports, upstreams):
+            url = f"http://127.0.0.2:{port}"
+            wait_listening(url)
+            assert httpx.get(url + "/health", timeout=10).status_code == 200    # for monitors
+            for method, path in (("GET", "/v1/models"), ("GET", "/metrics"), ("POST", "/tokenize"),
+                                 ("POST", "/v1/chat/completions")):
+                assert httpx.request(method, url + path, json={}, timeout=10).status_code == 401
+                mine = httpx.request(method, url + path, json={}, timeout=10,
+                                     headers={"Authorization": f"Bearer {key}"})
+                assert (mine.status_code, mine.text) == (200, f"served by {server.server_port}")
+    finally:
+        process.stop()

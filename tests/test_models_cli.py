@@ -4,6 +4,8 @@ tools' --model (server/loadtest/lib/load_args.py)."""
 
 from __future__ import annotations
 
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,8 @@ from server.stack.app_tier import AppTier
 from server.stack.engine_args import engine_command
 from server.stack.engine_tier import StartupFailed
 from server.stack.supervisor import Stack
+from server.stack.topology import balancer_config
+from tests.test_models_serve import free_ports
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -31,7 +35,7 @@ H200 = DeviceMemory("cuda", "H200", int(140.4 * GIB), int(140.4 * GIB))
 
 
 def several(**overrides) -> Settings:
-    return Settings(_env_file=None, models=MODELS, engine_port=9000, **overrides)
+    return Settings(_env_file=None, **{"models": MODELS, "engine_port": 9000, **overrides})
 
 
 def test_a_model_is_found_by_its_served_name_or_its_name_in_the_settings():
@@ -115,10 +119,18 @@ def test_a_set_too_big_for_the_cpu_is_refused_with_the_figures():
     assert problems and problems[0].startswith(f"{ERNIE}: ") and "max_position_embeddings" in problems[0]
 
 
-def test_an_exposed_engine_with_several_models_is_refused_before_anything_starts():
-    stack = Stack(several(engine_host="0.0.0.0", api_key="sk-x"), out=lambda line: None)
-    with pytest.raises(StartupFailed, match="ERNIE_ENGINE_HOST=127.0.0.1"):
-        stack.check_before_start()
+def test_an_exposed_engine_with_several_models_starts_each_behind_haproxy():
+    port = free_ports(2)
+    stack = Stack(several(engine_host="0.0.0.0", api_key="sk-x", engine_port=port), out=lambda line: None)
+    stack.check_before_start()   # each model's port is HAProxy's, guarded: nothing to refuse
+    assert stack.topology.needs_balancer
+    assert [(f.bind_port, f.keyed) for f in balancer_config(stack.topology, stack.settings).frontends] == [
+        (port, True), (port + 1, True)]
+    with socket.socket() as taken:   # what still cannot work is refused, with the setting to change
+        taken.bind(("0.0.0.0", port + 1))
+        taken.listen()
+        with pytest.raises(StartupFailed, match=r"ERNIE_ENGINE_PORT\+1 \(model other of ERNIE_MODELS\)"):
+            stack.check_before_start()
 
 
 def test_the_app_workers_load_the_same_models(tmp_path, monkeypatch):
@@ -141,3 +153,16 @@ def test_settings_shows_each_models_vllm_command(monkeypatch, capsys):
     assert "vLLM command of other on cpu:\n  python -m server.stack.vllm_serve /models/other " \
            "--served-model-name other --host 127.0.0.1 --port 9001 --max-model-len 2048" in out
     assert "--served-model-name ERNIE-4.5-0.3B-PT --host 127.0.0.1 --port 9000 --max-model-len 8192" in out
+
+
+def test_settings_shows_the_loopback_ports_of_exposed_models(monkeypatch, capsys):
+    for name, value in (("ERNIE_MODELS", MODELS), ("ERNIE_ENGINE_PORT", "9000"), ("ERNIE_DEVICE", "cpu"),
+                        ("ERNIE_ENGINE_HOST", "0.0.0.0")):
+        monkeypatch.setenv(name, value)
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    listens = re.findall(r"--served-model-name (\S+) --host (\S+) --port (\d+)", out)
+    assert [(name, host) for name, host, _ in listens] == [("ERNIE-4.5-0.3B-PT", "127.0.0.1"),
+                                                           ("other", "127.0.0.1")]
+    assert not {port for _, _, port in listens} & {"9000", "9001"}   # those are HAProxy's
+    assert "HAProxy listens on each model's port of 0.0.0.0 and asks for the API key" in out

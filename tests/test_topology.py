@@ -5,6 +5,7 @@ vLLM's log for the number of API servers it really runs."""
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 
 import pytest
@@ -94,8 +95,8 @@ def test_haproxy_accepts_the_config(tmp_path):
 
 
 def exposed(**overrides):
-    return load_settings(engine_host="0.0.0.0", engine_port=8000, app_host="0.0.0.0", app_port=8080,
-                         users="alice:pw", api_key="k" * 43, **overrides)
+    return load_settings(**{"engine_host": "0.0.0.0", "engine_port": 8000, "app_host": "0.0.0.0",
+                            "app_port": 8080, "users": "alice:pw", "api_key": "k" * 43, **overrides})
 
 
 def test_an_exposed_tier_sits_behind_haproxy_even_as_one_process():
@@ -129,6 +130,62 @@ def test_the_guarded_config_asks_for_the_key_and_limits_each_address(tmp_path):
     assert path.exists()
     with pytest.raises(ErnieChatError, match="ERNIE_API_KEY"):
         balancer.managed_haproxy(config, tmp_path / "h.cfg", tmp_path / "h.log", tmp_path, None)
+
+
+def test_several_exposed_models_each_get_a_guarded_frontend_on_their_port(tmp_path):
+    s = exposed(models="demo,demo-small", app_host="127.0.0.1", connections_per_client=10)
+    t = plan_topology(s, "cpu", 2, ports())
+    # Each vLLM on a loopback port of its own; the models' ports are HAProxy's.
+    assert [(m.served_name, m.port, m.copy.host, m.copy.port) for m in t.models] == [
+        ("demo", 8000, "127.0.0.1", 41000), ("demo-small", 8001, "127.0.0.1", 41001)]
+    assert t.model_copies == {"demo": t.models[0].copy, "demo-small": t.models[1].copy}
+    config = balancer_config(t, s)
+    assert [(f.name, f.bind_host, f.bind_port, [(b.host, b.port) for b in f.servers], f.keyed, f.per_client)
+            for f in config.frontends] == [
+        ("engine", "0.0.0.0", 8000, [("127.0.0.1", 41000)], True, 10),
+        ("engine_1_demo-small", "0.0.0.0", 8001, [("127.0.0.1", 41001)], True, 10)]
+    assert "2 model engines x 1 API server, 1 app worker, HAProxy in front of the model engines" \
+        == t.describe()
+    text = balancer.render_haproxy(config)
+    for name, port in (("engine", 8000), ("engine_1_demo-small", 8001)):
+        front = text.split(f"\nfrontend {name}\n")[1].split("\nbackend")[0]
+        assert f"bind 0.0.0.0:{port}\n" in front
+        assert "{ sc0_conn_cur gt 10 } !{ src 127.0.0.0/8 ::1 }" in front
+        assert "unless keyed || { path /health } { method GET HEAD }" in front
+        assert f"default_backend {name}_servers" in front
+    path = balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path(),
+                                 balancer.key_env(s.api_key_value))
+    assert s.api_key_value not in path.read_text()
+
+
+def test_models_on_loopback_listen_on_their_own_ports_without_a_balancer():
+    s = load_settings(models="demo,demo-small", engine_port=9000)
+    t = plan_topology(s, "cpu", 2, ports())
+    assert [(m.copy.host, m.copy.port) for m in t.models] == [("127.0.0.1", 9000), ("127.0.0.1", 9001)]
+    assert not t.needs_balancer and balancer_config(t, s) is None
+
+
+def test_the_apps_connections_from_the_engines_own_address_are_not_limited():
+    """On a LAN address the app reaches the engine there, from that address: a crowd's worth."""
+    for host, trusted in (("10.1.2.3", ("127.0.0.0/8", "::1", "10.1.2.3")), ("0.0.0.0", ("127.0.0.0/8", "::1")),
+                          ("::", ("127.0.0.0/8", "::1"))):
+        s = exposed(engine_host=host, models="demo,demo-small", app_host="127.0.0.1")
+        assert {f.trusted for f in balancer_config(plan_topology(s, "cpu", 2, ports()), s).frontends} == {trusted}
+
+
+def test_a_served_name_cannot_write_into_haproxys_config(tmp_path):
+    """Served names are folder names: a newline in one must not add a line to the config, and
+    two that sanitize alike must not share a frontend."""
+    hostile = tmp_path / "x\n    http-request allow\nfrontend y"
+    s = exposed(models=f"demo,{hostile},/m/A B,/m/a-b", app_host="127.0.0.1")
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()), s)
+    names = [f.name for f in config.frontends]
+    assert names[0] == "engine" and len(set(names)) == 4
+    assert all(re.fullmatch(r"[a-z0-9_-]+", name) for name in names), names
+    text = balancer.render_haproxy(config)
+    assert "http-request allow" not in text and "frontend y" not in text
+    balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path(),
+                          balancer.key_env(s.api_key_value))
 
 
 def test_a_balancer_on_loopback_limits_no_address_and_asks_for_no_key():

@@ -15,7 +15,7 @@ memory while another allocates (vllm-project/vllm#9198).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from server.plan import models as model_plan
 from server.plan.device import read_memory
@@ -49,11 +49,12 @@ def unplanned_shares(settings: Settings) -> tuple[float, ...]:
                  for entry in entries)
 
 
-def make_tiers(settings: Settings, device: str, api_servers: int, root: Path, main_log: Path,
-               out: Callable[[str], None] = print) -> list[EngineTier]:
-    """One tier of one copy per model, not prepared yet."""
+def make_tiers(settings: Settings, device: str, copies: Mapping[str, EngineCopy], root: Path,
+               main_log: Path, out: Callable[[str], None] = print) -> list[EngineTier]:
+    """One tier of one copy per model, not prepared yet; ``copies``: each model's vLLM by served
+    name, the topology's (server/stack/topology.py)."""
     return [EngineTier(tier_settings(settings, model, None),
-                       (EngineCopy(model.host, model.port, api_servers),), device, root,
+                       (copies[model.served_name],), device, root,
                        model_log_path(main_log, model.served_name), out,
                        label=f"engine {model.served_name}")
             for model in settings.served_models]

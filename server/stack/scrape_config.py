@@ -12,7 +12,7 @@ from string import Template
 from typing import Optional
 from urllib.parse import urlsplit
 
-from server.paths import ROOT
+from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.settings import Settings, client_url
 
 TEMPLATE = ROOT / "server" / "stack" / "monitoring" / "prometheus.yml"
@@ -36,7 +36,7 @@ def host_port(url: str) -> str:
 def engine_key_file(settings: Settings, root: Path = ROOT) -> Optional[Path]:
     """The file holding the engine's key: ``up`` saves a generated one in .cache; one set in
     ERNIE_API_KEY must be copied to ENGINE_KEY_FILE by whoever runs Prometheus."""
-    generated = root / ".cache" / "engine-api-key"
+    generated = root / GENERATED_ENGINE_KEY
     if settings.api_key is not None:
         return ENGINE_KEY_FILE
     return generated if generated.exists() else None

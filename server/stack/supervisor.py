@@ -31,7 +31,7 @@ from pydantic import SecretStr
 from server import chat_db, oidc_discovery
 from server.engine_state import write_state
 from server.errors import ErnieChatError
-from server.paths import ROOT
+from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
@@ -103,7 +103,7 @@ class Stack:
         s = self.settings
         if not engine_exposed(s) or s.api_key is not None:
             return
-        path = self.root / ".cache" / "engine-api-key"
+        path = self.root / GENERATED_ENGINE_KEY
         key = read_or_create_secret(path)
         self.settings = s.model_copy(update={"api_key": SecretStr(key)})
         self.out(f"[security] vLLM listens on {s.engine_host}, so it requires an API key. None was "
@@ -143,11 +143,6 @@ class Stack:
                            f"ERNIE_ENGINE_PORT+{i} (model {model.served_name} of ERNIE_MODELS)")
                           for i, model in enumerate(s.served_models)]
         problems = [p for p in (port_problem(*w) for w in wanted) if p]
-        if s.models and engine_exposed(s):
-            problems.append(f"ERNIE_MODELS serves each model on a port of its own, which HAProxy "
-                            f"does not front yet; ERNIE_ENGINE_HOST={s.engine_host} would expose "
-                            "them unguarded: set ERNIE_ENGINE_HOST=127.0.0.1 (the chat reaches "
-                            "the engines on this machine).")
         if topology.needs_balancer:
             try:
                 balancer.ensure_haproxy()
@@ -168,7 +163,7 @@ class Stack:
         thing after the set-up, so that what does not need the engine starts meanwhile."""
         topology = self.topology or self.plan()
         if self.settings.models:
-            self.tiers = model_tiers.make_tiers(self.settings, topology.device, topology.api_servers,
+            self.tiers = model_tiers.make_tiers(self.settings, topology.device, topology.model_copies,
                                                 self.root, self.log_path, self.out)
             model_tiers.prepare(self.settings, self.tiers, topology.device, self.out)
         else:
@@ -221,10 +216,11 @@ class Stack:
         if not listening:
             status.done("HAProxy did not start")
             raise StartupFailed(f"HAProxy did not start; see {self.balancer.log_path}")
-        tiers = [f"{name} at {host}:{port}" for name, on, host, port in (
-            ("chat", self.topology.balanced_app, self.topology.app_host, self.topology.app_port),
-            ("engine", self.topology.balanced_engine, self.topology.engine_host, self.topology.engine_port))
-            if on]
+        t = self.topology
+        tiers = [f"chat at {t.app_host}:{t.app_port}"] if t.balanced_app else []
+        if t.balanced_engine:
+            tiers += ([f"engine {m.served_name} at {t.engine_host}:{m.port}" for m in t.models]
+                      or [f"engine at {t.engine_host}:{t.engine_port}"])
         status.done("HAProxy listening: " + ", ".join(tiers))
 
     @property
@@ -406,7 +402,9 @@ def run(settings: Settings, out=print) -> int:
         else:
             out(f"Chat:   {settings.app_url}")
             for model in settings.served_models:
-                out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else ""))
+                out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else "")
+                    + (f" (HAProxy on {balancer.bind_address(model.host, model.port)}: the API key on "
+                       "every path but GET /health)" if engine_exposed(settings) else ""))
         if stack.info and stack.info.is_demo:
             out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
         out("Press Ctrl-C to stop.")

@@ -25,10 +25,14 @@ A tier exposed to other machines (its host not loopback) always sits behind
 HAProxy, even as one process: neither vLLM nor uvicorn limits how long a client
 may take to send its headers or how many connections one address holds, and
 vLLM's key guards only its /v1 paths.  So does a chat on HTTPS: HAProxy terminates TLS.
+With several models (ERNIE_MODELS) on an exposed host, each model's vLLM listens on a
+loopback port of its own and HAProxy takes the model's port, one guarded frontend each.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -51,6 +55,15 @@ def auto_app_workers(device: str, cores: int) -> int:
 
 
 @dataclass(frozen=True)
+class ModelEngine:
+    """One model of ERNIE_MODELS: the port its clients reach, and its vLLM."""
+
+    served_name: str
+    port: int
+    copy: EngineCopy
+
+
+@dataclass(frozen=True)
 class Topology:
     """The processes of one ``up``: engine copies, app workers, and whether a balancer fronts them."""
 
@@ -65,6 +78,12 @@ class Topology:
     engine_exposed: bool = False
     app_exposed: bool = False
     chat_tls: bool = False
+    models: tuple[ModelEngine, ...] = ()   # ERNIE_MODELS's, in their order; () without
+
+    @property
+    def model_copies(self) -> dict[str, EngineCopy]:
+        """Each model's vLLM, by served name."""
+        return {model.served_name: model.copy for model in self.models}
 
     @property
     def balanced_engine(self) -> bool:
@@ -87,14 +106,26 @@ class Topology:
         if not self.worker_ports:
             return (f"{len(self.copies)} server(s) of engine copies only (headless), for the head "
                     "at ERNIE_DATA_PARALLEL_ADDRESS")
-        parts = [f"{len(self.copies)} engine cop{'y' if len(self.copies) == 1 else 'ies'} "
-                 f"x {self.api_servers} API server{'s' if self.api_servers > 1 else ''}",
+        engines = (f"{len(self.models)} model engines" if self.models else
+                   f"{len(self.copies)} engine cop{'y' if len(self.copies) == 1 else 'ies'}")
+        parts = [f"{engines} x {self.api_servers} API server{'s' if self.api_servers > 1 else ''}",
                  f"{len(self.worker_ports)} app worker{'s' if len(self.worker_ports) > 1 else ''}"]
         if self.needs_balancer:
             parts.append("HAProxy in front of " + " and ".join(
-                t for t, on in (("the engine copies", self.balanced_engine),
+                t for t, on in (("the model engines" if self.models else "the engine copies",
+                                 self.balanced_engine),
                                 ("the app workers", self.balanced_app)) if on))
         return ", ".join(parts)
+
+
+def model_engines(settings: Settings, api_servers: int, exposed: bool,
+                  free_port: Callable[[], int]) -> tuple[ModelEngine, ...]:
+    """Each model's vLLM where the settings say, or on a loopback port when HAProxy takes the
+    model's port."""
+    return tuple(ModelEngine(m.served_name, m.port,
+                             EngineCopy(LOOPBACK, free_port(), api_servers) if exposed
+                             else EngineCopy(m.host, m.port, api_servers))
+                 for m in settings.served_models) if settings.models else ()
 
 
 def plan_topology(settings: Settings, device: str, cores: int,
@@ -103,7 +134,10 @@ def plan_topology(settings: Settings, device: str, cores: int,
     api_servers = settings.api_servers or auto_api_servers(device, cores)
     copies_n = settings.engine_copies
     engine_exposed, app_exposed = config.engine_exposed(settings), config.app_exposed(settings)
-    if copies_n == 1 and not engine_exposed:
+    models = model_engines(settings, api_servers, engine_exposed, free_port)
+    if models:  # one copy each (ERNIE_ENGINE_COPIES=1); the first is the engine's
+        copies = (models[0].copy,)
+    elif copies_n == 1 and not engine_exposed:
         copies = (EngineCopy.only(settings, api_servers),)
     else:
         copies = tuple(EngineCopy(LOOPBACK, free_port(), api_servers, i, copies_n)
@@ -116,7 +150,7 @@ def plan_topology(settings: Settings, device: str, cores: int,
                     else tuple(free_port() for _ in range(workers_n)))
     return Topology(device, api_servers, copies, worker_ports, settings.app_host,
                     settings.app_port, settings.engine_host, settings.engine_port,
-                    engine_exposed, app_exposed, settings.chat_tls)
+                    engine_exposed, app_exposed, settings.chat_tls, models)
 
 
 def balancer_config(topology: Topology, settings: Settings, max_connections: int = 20000,
@@ -132,13 +166,36 @@ def balancer_config(topology: Topology, settings: Settings, max_connections: int
                                   per_client=limit if topology.app_exposed else 0,
                                   tls_pem=tls_pem))
     if topology.balanced_engine:
-        # The app's own connections come from this machine, one per streaming chat: a
-        # crowd's worth. Loopback reaches the copies directly anyway, so the limit spares it.
-        exposed = topology.engine_exposed
-        frontends.append(Frontend("engine", topology.engine_host, topology.engine_port,
-                                  tuple(Backend(c.host, c.port) for c in topology.copies),
-                                  health_path="/health", keyed=exposed,
-                                  per_client=limit if exposed else 0,
-                                  trusted=("127.0.0.0/8", "::1"), replay=True))
+        frontends += engine_frontends(topology, limit)
     return (BalancerConfig(tuple(frontends), max_connections, settings.engine_keepalive_limit_s)
             if frontends else None)
+
+
+def engine_frontends(topology: Topology, limit: int) -> list[Frontend]:
+    """The engine's frontend, or with ERNIE_MODELS one per model on the model's port."""
+    # The app's own connections come from this machine, one per streaming chat: a
+    # crowd's worth. Loopback reaches the copies directly anyway, so the limit spares it.
+    exposed, host = topology.engine_exposed, topology.engine_host
+    trusted = ("127.0.0.0/8", "::1", *own_address(host))
+    fronts = ([(frontend_name(i, m.served_name), m.port, (m.copy,)) for i, m in enumerate(topology.models)]
+              or [("engine", topology.engine_port, topology.copies)])
+    return [Frontend(name, host, port, tuple(Backend(c.host, c.port) for c in copies),
+                     health_path="/health", keyed=exposed, per_client=limit if exposed else 0,
+                     trusted=trusted, replay=True)
+            for name, port, copies in fronts]
+
+
+def own_address(host: str) -> tuple[str, ...]:
+    """The engine's address when it is one, not a wildcard or a name: the app reaches the engine
+    there, so its crowd of connections comes from that address, which no other machine's can
+    (a handshake from a forged source never completes)."""
+    try:
+        return () if ipaddress.ip_address(host).is_unspecified else (host,)
+    except ValueError:
+        return ()
+
+
+def frontend_name(index: int, served_name: str) -> str:
+    """HAProxy's name of a model's frontend: ``engine`` for the first (as the single engine's),
+    then ``engine_<n>_<served name>``; the index keeps two names that sanitize alike apart."""
+    return "engine" if index == 0 else f"engine_{index}_{re.sub(r'[^a-z0-9_-]', '-', served_name.lower())[:40]}"
