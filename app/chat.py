@@ -68,8 +68,7 @@ ENGINES = model_choice.Engines(SETTINGS, ec.make_client, lambda view: (
     if view.busy_queue is not None else None))
 drain.install()
 admin_page.install(SETTINGS)
-live_view.install(ENGINES.all[0].url, SETTINGS.api_key_value, SETTINGS.public_url,
-                  [engine.name for engine in ENGINES.all] if ENGINES.several else [])
+live_view.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
 STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
 EXPORT_COMMAND = "/export"
@@ -473,7 +472,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body=extra_body or None, can_continue=vllm, wait_s=SETTINGS.continue_wait_s,
         on_wait=say_waiting, shown=so_far, produced=resumed.tokens if resumed else 0,
-    ), stats)  # the live view's figures
+    ), stats, chosen.name)  # the live view's figures, per model
     try:
         # Leaving the batcher sends what it holds, however the stream ends; leaving
         # aclosing first closes the HTTP stream at once on Stop (engine_client).

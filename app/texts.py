@@ -145,6 +145,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_engine_down": "The engine does not answer.",
         "live_login": "Log in to the chat first, then reload this page.",
         "live_app_down": "The chat app does not answer.",
+        "live_unknown_model": "No model of that name is served here; showing every model.",
         "login_throttled": "Too many failed logins: try again in {seconds} s.",
         # Sign-in through an OpenID Connect provider, refused (app/oidc.py)
         "oidc_refused_title": "No access to this chat",
@@ -314,6 +315,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "live_engine_down": "推理引擎没有响应。",
         "live_login": "请先登录聊天，然后刷新本页。",
         "live_app_down": "聊天应用没有响应。",
+        "live_unknown_model": "这里没有这个名字的模型；显示全部模型。",
         "login_throttled": "登录失败次数过多：请在 {seconds} 秒后重试。",
         "oidc_refused_title": "无权使用此聊天",
         "oidc_not_allowed": "您已以 <b>{name}</b> 的身份登录，但该账号无权使用此聊天"

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from app.engine_client import ReplyStats
-from app.live_stats import MIN_RATE_INTERVAL_S, LiveStats
-from app.live_view import DATA, PAGE, page_html
+from app.live_stats import MIN_RATE_INTERVAL_S, LiveStats, Reading
+from app.live_view import DATA, PAGE, choose, page_html, read_engines
 from app.texts import lang_of
 from server.metrics import EngineMetrics
 from server.passwords import hash_password
@@ -17,6 +23,10 @@ from server.stack.processes import free_port
 from tests.screenshots import screenshot_path
 from tests import openai_standin
 from tests.conftest import start_app
+from tests.test_browser import browser, log_in, page_factory, send  # noqa: F401 (fixtures)
+from tests.test_chat_features import finished_replies
+from tests.test_model_choice_stack import forged_chat, pick, two_models  # noqa: F401 (a fixture)
+from tests.test_share import LINK, command
 
 
 
@@ -33,15 +43,16 @@ def test_rates_come_from_two_readings_and_close_readings_reuse_the_last():
     assert live.rate("engine", 5, now=20.0) == 0.0             # the counter went back: a restart
 
 
+async def reply(stats, n):
+    """A reply of ``n`` pieces whose first came 250 ms after it was asked for."""
+    stats.first_token_at = stats.started + 0.25
+    for i in range(n):
+        yield f"w{i} "
+    stats.finished_at, stats.completion_tokens = stats.first_token_at + 1.0, n
+
+
 async def test_track_counts_pieces_and_records_each_reply_that_began():
     live = LiveStats()
-
-    async def reply(stats, n):
-        stats.first_token_at = stats.started + 0.25
-        for i in range(n):
-            yield f"w{i} "
-        stats.finished_at, stats.completion_tokens = stats.first_token_at + 1.0, n
-
     stats = ReplyStats(started=100.0)
     seen = []
     async for piece in live.track(reply(stats, 11), stats):
@@ -73,16 +84,83 @@ async def test_track_counts_pieces_and_records_each_reply_that_began():
 
 def test_snapshot_uses_the_engine_where_it_has_metrics_else_the_app():
     live = LiveStats()
-    live.snapshot(10.0, metrics(1000), chats=2)
-    engine = live.snapshot(11.0, metrics(1400, running=3, waiting=2), chats=2)
+    live.snapshot(10.0, [Reading("m", metrics(1000))], chats=2)
+    engine = live.snapshot(11.0, [Reading("m", metrics(1400, running=3, waiting=2))], chats=2)
     assert (engine["tokens_per_s"], engine["running"], engine["waiting"]) == (400.0, 3, 2)
     assert engine["kv_cache_pct"] == 25.0 and engine["metrics"] and engine["chats"] == 2
-    live.pieces = 50
-    live.snapshot(20.0, None, chats=1)
-    live.pieces = 80
-    plain = live.snapshot(22.0, None, chats=1)
+    live.tallies["m"].pieces = 50
+    live.snapshot(20.0, [Reading("m", None)], chats=1)
+    live.tallies["m"].pieces = 80
+    plain = live.snapshot(22.0, [Reading("m", None)], chats=1)
     assert plain["tokens_per_s"] == 15.0 and not plain["metrics"]
     assert plain["running"] is None and plain["kv_cache_pct"] is None
+
+
+def test_each_model_has_its_own_rate_the_top_sums_them_and_shows_the_fullest_kv():
+    live = LiveStats()
+    live.snapshot(10.0, [Reading("a", metrics(1000)), Reading("b", metrics(50))], chats=3)
+    both = live.snapshot(12.0, [Reading("a", metrics(1200, running=2, waiting=1, kv=0.1)),
+                                Reading("b", metrics(850, running=5, waiting=0, kv=0.6))], chats=3)
+    a, b = both["models"]
+    assert (a["name"], a["tokens_per_s"], a["running"], a["waiting"], a["kv_cache_pct"]) == ("a", 100.0, 2, 1, 10.0)
+    assert (b["name"], b["tokens_per_s"], b["running"], b["waiting"], b["kv_cache_pct"]) == ("b", 400.0, 5, 0, 60.0)
+    assert (both["tokens_per_s"], both["running"], both["waiting"], both["kv_cache_pct"]) == (500.0, 7, 1, 60.0)
+    assert both["metrics"] and a["engine_up"] and b["engine_up"]
+    # B's engine stops answering: A's figures stand, B has none, the top is A's.
+    down = live.snapshot(14.0, [Reading("a", metrics(1400, running=1, kv=0.2)),
+                                Reading("b", None, engine_up=False)], chats=3)
+    a, b = down["models"]
+    assert a["engine_up"] and a["tokens_per_s"] == 100.0 and a["kv_cache_pct"] == 20.0
+    assert not b["engine_up"] and not b["metrics"] and b["running"] is None and b["kv_cache_pct"] is None
+    assert (down["tokens_per_s"], down["running"], down["kv_cache_pct"]) == (100.0, 1, 20.0)
+
+
+async def test_replies_name_their_model_and_one_models_figures_have_only_its_own():
+    live = LiveStats()
+    for model in ("a", "b", "b"):
+        stats = ReplyStats(started=0.0)
+        async for _ in live.track(reply(stats, 3), stats, model):
+            pass
+    every = live.snapshot(5.0, [Reading("a", None), Reading("b", None)], chats=0)
+    assert [r["model"] for r in every["replies"]] == ["a", "b", "b"] and every["replies_total"] == 3
+    only_b = live.snapshot(5.0, [Reading("b", None)], chats=0, only=True)
+    assert [r["model"] for r in only_b["replies"]] == ["b", "b"] and only_b["replies_total"] == 2
+    assert [m["name"] for m in only_b["models"]] == ["b"] and live.pieces == 9
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("asked", ["../../etc", "<script>alert(1)</script>", "org/small", "small ",
+                                   "http://127.0.0.1:9101", "SMALL"])
+def test_only_a_served_name_shows_one_model_anything_else_every_model_and_a_notice(asked):
+    from tests.test_model_choice import engines
+    several = engines(models="/models/big:8192,org/small:2048", engine_port=9100).all
+    assert choose(several, "small") == ([several[1]], False)
+    assert choose(several, "") == (several, False)
+    assert choose(several, asked) == (several, True)
+    page = page_html("en", model="small")
+    assert '"data": "/live/data?model=small"' in page and '"unknown_model": false' in page
+    forged = page_html("en", unknown=True)
+    assert f'"data": "{DATA}"' in forged and '"unknown_model": true' in forged
+    assert "No model of that name is served here" in forged
+    assert "显示全部模型" in page_html("zh", unknown=True)
+
+
+async def test_every_engine_is_read_at_once_and_one_down_hides_none_of_the_others():
+    hung = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]  # they never answer
+    with openai_standin.running("plain", 4096) as url, contextlib.ExitStack() as sockets:
+        for listener in hung:
+            sockets.enter_context(listener)
+        engines = [SimpleNamespace(name=f"hung{i}", url=f"http://127.0.0.1:{s.getsockname()[1]}")
+                   for i, s in enumerate(hung)]
+        engines += [SimpleNamespace(name="plain", url=url),
+                    SimpleNamespace(name="gone", url=f"http://127.0.0.1:{free_port()}")]
+        async with httpx.AsyncClient(timeout=2) as http:
+            started = time.monotonic()
+            readings = await read_engines(http, engines)
+            took = time.monotonic() - started
+    assert [(r.name, r.engine_up, r.metrics) for r in readings] == [
+        ("hung0", False, None), ("hung1", False, None), ("plain", True, None), ("gone", False, None)]
+    assert took < 3.5, f"{took:.1f} s: the engines were read one after the other"
 
 
 @pytest.mark.parametrize("accept, lang, title", [("zh-CN,zh;q=0.9,en;q=0.8", "zh-CN", "实时面板"),
@@ -121,6 +199,16 @@ def test_the_routes_are_served_before_chainlits_catch_all(app_on_plain_server):
     assert data["metrics"] is False and data["engine_up"] is True
     assert data["server"] == app_on_plain_server.engine_url
     assert "window.LIVE" not in httpx.get(f"{app_on_plain_server.app_url}/thread/x", timeout=10).text
+
+
+@pytest.mark.parametrize("asked", ["../../etc/passwd", "<img src=x onerror=alert(1)>"])
+def test_a_name_no_model_has_is_never_echoed_and_brings_the_notice(app_on_plain_server, asked):
+    page = httpx.get(f"{app_on_plain_server.app_url}{PAGE}", params={"model": asked}, timeout=10)
+    assert page.status_code == 200 and '"unknown_model": true' in page.text
+    assert asked not in page.text and "onerror" not in page.text
+    data = httpx.get(f"{app_on_plain_server.app_url}{DATA}", params={"model": asked}, timeout=10)
+    assert data.json()["unknown_model"] is True and len(data.json()["models"]) == 1
+    assert asked not in data.text and "onerror" not in data.text
 
 
 def test_with_login_on_the_data_need_the_chats_login(app_with_login):
@@ -214,3 +302,78 @@ def test_the_figures_move_while_a_chat_replies(chat_app, tmp_path):
             assert chinese.locator("#tokens h2").inner_text() == "每秒 token 数"
         finally:
             browser.close()
+
+
+# --- several models: two real vLLMs (tests/test_model_choice_stack.py's) ----------------------
+
+def logged_in(http: httpx.Client) -> str:
+    """Log ``http`` in as alice (two_models' user); its cookie header, for a raw chat socket."""
+    assert http.post("/login", data={"username": "alice", "password": "wonderland"}).status_code == 200
+    return "; ".join(f"{k}={v}" for k, v in http.cookies.items())
+
+
+@pytest.mark.engine
+def test_with_two_models_each_has_its_own_figures_and_a_served_name_shows_one(two_models):
+    app, urls, (name_a, name_b) = two_models
+    with httpx.Client(base_url=app.app_url, timeout=30) as http:
+        cookie = logged_in(http)
+        assert [m["name"] for m in http.get(DATA).json()["models"]] == [name_a, name_b]  # the rates' start
+        # A thread of its own: the browser tests' Playwright keeps an event loop in this one.
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, forged_chat(app.app_url, cookie, name_b)).result()
+        time.sleep(MIN_RATE_INTERVAL_S)
+        every = http.get(DATA).json()
+        only_b = http.get(DATA, params={"model": name_b}).json()
+        forged = [http.get(DATA, params={"model": asked}) for asked in ("../../etc", "<script>")]
+
+    a, b = every["models"]
+    assert (a["name"], b["name"]) == (name_a, name_b) and a["engine_up"] and b["engine_up"]
+    assert a["metrics"] and b["metrics"] and every["engine_up"] and not every["unknown_model"]
+    assert 0 <= a["kv_cache_pct"] <= 100 and 0 <= b["kv_cache_pct"] <= 100
+    assert b["tokens_per_s"] > 0 and a["tokens_per_s"] == 0, every["models"]  # B generated, A did not
+    assert every["tokens_per_s"] == a["tokens_per_s"] + b["tokens_per_s"]
+    assert every["kv_cache_pct"] == max(a["kv_cache_pct"], b["kv_cache_pct"])
+    assert every["replies"][-1]["model"] == name_b and every["server"] == f"{name_a} ({urls[0]}), {name_b} ({urls[1]})"
+
+    assert [m["name"] for m in only_b["models"]] == [name_b] and not only_b["unknown_model"]
+    assert only_b["replies"] and {r["model"] for r in only_b["replies"]} == {name_b}
+    assert only_b["server"] == f"{name_b} ({urls[1]})"
+    for answer in forged:
+        assert [m["name"] for m in answer.json()["models"]] == [name_a, name_b] and answer.json()["unknown_model"]
+        assert "../../etc" not in answer.text and "<script>" not in answer.text
+
+
+@pytest.mark.engine
+@pytest.mark.browser
+def test_the_page_draws_a_line_per_model_and_a_shared_chat_with_one_model(page_factory, two_models, tmp_path):
+    app, _, (name_a, name_b) = two_models
+    chat = page_factory(app.app_url)
+    log_in(chat, "alice", "wonderland")
+    live = chat.context.new_page()
+    live.set_viewport_size({"width": 1280, "height": 720})
+    live.goto(f"{app.app_url}{PAGE}")
+    live.locator("#legend li").nth(1).wait_for(timeout=20_000)
+    assert live.locator("#legend li").all_inner_texts() == [name_a, name_b]
+    for name in (name_b, name_a):  # a reply from each in turn, while the page plots them
+        pick(chat, name)
+        send(chat, f"Hello, {name}.")
+        finished_replies(chat, 1)
+    for name in (name_a, name_b):
+        live.locator("#ttft-list li").filter(has_text=f"{name} · ").first.wait_for(timeout=20_000)
+    assert live.locator("#notice").is_hidden()
+    live.screenshot(path=screenshot_path("live-models.png", tmp_path))
+
+    # One model, with the QR code of the chat just shared from it.
+    link = LINK.search(command(chat, "/share", "/unshare").inner_text()).group(0)
+    live.goto(f"{app.app_url}{PAGE}?shared={link.rsplit('/', 1)[1]}&model={name_a}")
+    live.locator("#shared img").wait_for(timeout=30_000)
+    live.locator("#server").filter(has_text=name_a).wait_for(timeout=20_000)
+    assert name_b not in live.locator("#server").inner_text() and live.locator("#legend").is_hidden()
+    live.locator("#ttft-list li").first.wait_for(timeout=20_000)
+    assert not live.locator("#ttft-list li").first.inner_text().startswith(name_a)  # no name: one model
+
+    # A forged name: never run, never shown; every model, and the notice.
+    live.goto(f"{app.app_url}{PAGE}?model=<img src=x onerror=window.pwned=1>")
+    live.get_by_text("No model of that name is served here").wait_for(timeout=20_000)
+    live.locator("#legend li").nth(1).wait_for(timeout=20_000)
+    assert live.evaluate("window.pwned") is None and "onerror" not in live.content()

@@ -63,8 +63,10 @@ def test_the_profiles_show_each_window_and_the_median_of_recent_speeds():
 def test_the_figures_line_and_the_live_view_name_the_model_only_when_given():
     stats = ReplyStats(started=0.0, first_token_at=0.5, finished_at=1.5, prompt_tokens=3, completion_tokens=11)
     assert figures_line("en", stats, model="small") == "small · " + figures_line("en", stats)
-    assert server_label("http://127.0.0.1:9100", []) == "http://127.0.0.1:9100"
-    assert server_label("http://127.0.0.1:9100", ["big", "small"]) == "http://127.0.0.1:9100 · big, small"
+    big, small = engines(models="/models/big:8192,org/small:2048", engine_port=9100).all
+    assert server_label([big], several=False) == "http://127.0.0.1:9100"
+    assert server_label([big, small], several=True) == "big (http://127.0.0.1:9100), small (http://127.0.0.1:9101)"
+    assert server_label([small], several=True) == "small (http://127.0.0.1:9101)"
 
 
 def test_a_saved_chat_names_its_model_from_its_metadata_else_the_first():

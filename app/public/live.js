@@ -5,7 +5,10 @@
   const cfg = window.LIVE, T = cfg.texts, POINTS = 120, EVERY_MS = 1000;
   const COLORS = { tokens: "#ffd400", running: "#00e5ff", waiting: "#ffffff", kv: "#ff8a3d",
                    chats: "#7dff7a", ttft: "#ff6bd6" };
+  // One colour per model with several served: bright, far apart in hue, readable on black.
+  const MODEL_COLORS = ["#ffd400", "#00e5ff", "#ff6bd6", "#7dff7a", "#ff8a3d", "#b9a7ff"];
   const history = { tokens: [], running: [], waiting: [], kv: [], chats: [] };
+  const perModel = new Map();  // served name -> its history of tokens, running, waiting, kv
   const $ = (selector) => document.querySelector(selector);
   const locale = cfg.lang === "zh" ? "zh-CN" : "en-US";
 
@@ -16,8 +19,8 @@
   const fmt = (v, digits = 0) => v == null ? "–"
     : v.toLocaleString(locale, { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
-  function remember(name, value) {
-    const series = history[name];
+  function remember(name, value, into = history) {
+    const series = into[name];
     series.push(value);
     if (series.length > POINTS) series.shift();
   }
@@ -55,9 +58,10 @@
     const { g, w, h, room } = surface(canvas);
     const top = topOf(series.flatMap((s) => s.data.filter((v) => v != null)), fixedTop);
     frame(g, w, h, top, unit);
-    for (const { data, color } of series) {
+    for (const { data, color, dash } of series) {
       g.strokeStyle = color;
       g.lineWidth = 4;
+      g.setLineDash(dash || []);
       g.beginPath();
       let pen = false;
       data.forEach((v, i) => {
@@ -94,15 +98,52 @@
     notice.textContent = message || "";
   }
 
+  // The models' histories and the legend naming them (textContent: names are data, not markup).
+  function rememberModels(models) {
+    models.forEach((m) => {
+      if (!perModel.has(m.name)) perModel.set(m.name, { tokens: [], running: [], waiting: [], kv: [] });
+      const own = perModel.get(m.name);
+      remember("tokens", m.tokens_per_s, own);
+      remember("running", m.running, own);
+      remember("waiting", m.waiting, own);
+      remember("kv", m.kv_cache_pct, own);
+    });
+    const legend = $("#legend"), names = models.map((m) => m.name);
+    if (legend.dataset.names === JSON.stringify(names)) return;
+    legend.dataset.names = JSON.stringify(names);
+    legend.replaceChildren(...names.map((name, i) => {
+      const item = document.createElement("li"), swatch = document.createElement("span");
+      swatch.style.background = MODEL_COLORS[i % MODEL_COLORS.length];
+      item.append(swatch, document.createTextNode(name));
+      return item;
+    }));
+  }
+
+  // Each model's line of one figure, in its colour (waiting dashed under running).
+  function modelSeries(models, name, dash) {
+    return models.map((m, i) => ({ data: perModel.get(m.name)[name], color: MODEL_COLORS[i % MODEL_COLORS.length],
+                                   dash }));
+  }
+
+  function engineNotice(d) {
+    if (d.engine_up) return d.metrics ? "" : T.no_metrics;
+    const down = (d.models || []).filter((m) => !m.engine_up).map((m) => m.name);
+    return d.models && d.models.length > 1 ? `${T.engine_down} (${down.join(", ")})` : T.engine_down;
+  }
+
   function render(d) {
     const running = d.metrics ? d.running : d.streaming;
+    const models = d.models || [], several = models.length > 1;
     remember("tokens", d.tokens_per_s);
     remember("running", running);
     remember("waiting", d.waiting);
     remember("kv", d.kv_cache_pct);
     remember("chats", d.chats);
     $("#server").textContent = d.server;
-    say(!d.engine_up ? T.engine_down : d.metrics ? "" : T.no_metrics);
+    $("#legend").hidden = !several;
+    if (several) rememberModels(models);
+    const unknown = cfg.unknown_model || d.unknown_model ? T.unknown_model : "";
+    say([unknown, engineNotice(d)].filter(Boolean).join(" "));
 
     show("tokens", fmt(d.tokens_per_s, 1), d.tokens_per_s);
     show("requests", `${fmt(running)} <small>/</small> ${fmt(d.waiting)}`, running);
@@ -112,15 +153,21 @@
     const last = d.replies.slice(-20), ttfts = last.map((r) => r.ttft_ms);
     show("ttft", last.length ? `${fmt(ttfts[ttfts.length - 1])}<small> ms</small>` : "–", d.replies_total);
 
-    lines($("#tokens canvas"), [{ data: history.tokens, color: COLORS.tokens }], "tok/s");
-    lines($("#requests canvas"), [{ data: history.running, color: COLORS.running },
-                                  { data: history.waiting, color: COLORS.waiting }], "");
-    lines($("#kv canvas"), [{ data: history.kv, color: COLORS.kv }], "%", 100);
+    if (several) {
+      lines($("#tokens canvas"), modelSeries(models, "tokens"), "tok/s");
+      lines($("#requests canvas"), [...modelSeries(models, "running"), ...modelSeries(models, "waiting", [8, 8])], "");
+      lines($("#kv canvas"), modelSeries(models, "kv"), "%", 100);
+    } else {
+      lines($("#tokens canvas"), [{ data: history.tokens, color: COLORS.tokens }], "tok/s");
+      lines($("#requests canvas"), [{ data: history.running, color: COLORS.running },
+                                    { data: history.waiting, color: COLORS.waiting }], "");
+      lines($("#kv canvas"), [{ data: history.kv, color: COLORS.kv }], "%", 100);
+    }
     lines($("#chats canvas"), [{ data: history.chats, color: COLORS.chats }], "");
     bars($("#ttft canvas"), ttfts, COLORS.ttft, "ms");
     $("#ttft-list").replaceChildren(...last.slice(-8).reverse().map((r) => {
       const item = document.createElement("li");
-      item.textContent = `${fmt(r.ttft_ms)} ms · ${fmt(r.tokens_per_s, 1)} tok/s`;
+      item.textContent = `${several ? `${r.model} · ` : ""}${fmt(r.ttft_ms)} ms · ${fmt(r.tokens_per_s, 1)} tok/s`;
       return item;
     }));
   }
