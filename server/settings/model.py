@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -43,22 +43,42 @@ class ModelSettings(BaseModel):
         "next ones on the ports after it, under the last part of its name (docs/models.md).",
     )
 
+    models_at_once: Optional[int] = Field(
+        None, ge=1,
+        description="How many models of ERNIE_MODELS run at once (default: all of them). Fewer: "
+        "the first ones start with `up`, each other one on its chat's first request, and the "
+        "least recently used one stops to make room; on a GPU each model without a share in "
+        "ERNIE_MODELS gets ERNIE_GPU_MEMORY_UTILIZATION divided by this number (docs/models.md).",
+    )
+    model_idle_s: float = Field(
+        0.0, ge=0,
+        description="With ERNIE_MODELS_AT_ONCE: a model that had no request for this many seconds "
+        "stops, freeing its memory (0: it stays up until another needs its place).",
+    )
+
     @property
     def model_entries(self) -> tuple[ModelEntry, ...]:
         return parse_models(self.models)
 
     def problems(self) -> list[str]:
         if not self.models:
-            return []
+            return ["ERNIE_MODELS_AT_ONCE says how many of ERNIE_MODELS run at once: set "
+                    "ERNIE_MODELS, or unset ERNIE_MODELS_AT_ONCE"] if self.models_at_once else []
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
-                               self.engine_copies, engine_url=self.engine_url)
+                               self.engine_copies, engine_url=self.engine_url,
+                               at_once=self.models_at_once)
+
+    @property
+    def at_once(self) -> int:
+        """How many of the served models run at once: ERNIE_MODELS_AT_ONCE, or all of them."""
+        return self.models_at_once or len(self.served_models)
 
     def serving(self, model: ServedModel):
         """These settings as ``model`` of ERNIE_MODELS is served and reached: its name, served
         name, port and max-model-len, and no list of models."""
         return self.model_copy(update={"model": model.name, "served_model_name": model.served_name,
                                        "engine_port": model.port, "max_model_len": model.max_model_len,
-                                       "models": ""})
+                                       "models": "", "models_at_once": None})
 
     @property
     def served_models(self) -> tuple[ServedModel, ...]:
