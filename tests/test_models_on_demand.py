@@ -80,10 +80,15 @@ def test_up_starts_two_and_the_third_sleeps(on_demand):
     assert [state(up, name)["state"] for name in MODELS] == ["ready", "ready", "asleep"]
     assert state(up, "demo")["load_s"] > 0
     assert any("[on demand] demo-small: started on a chat's first request" in line for line in up.lines)
-    status = subprocess.run([sys.executable, "-m", "server.cli", "status"], cwd=ROOT, env=up.env,
-                            capture_output=True, text=True, timeout=60)
+    assert any(line.startswith("[models] ") and "demo-small on port" in line and line.endswith("on demand")
+               for line in up.lines), up.output()
+    cli = [sys.executable, "-m", "server.cli"]
+    status = subprocess.run([*cli, "status"], cwd=ROOT, env=up.env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
     assert "demo-small  asleep: started on demand" in status.stdout, status.stdout
+    doctor = subprocess.run([*cli, "doctor"], cwd=ROOT, env=up.env, capture_output=True, text=True, timeout=60)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "llm-demo-small.log yet: its model is asleep: started on demand" in doctor.stdout, doctor.stdout
 
 
 async def chat_with(up: Up, profile: str, prompt: str) -> tuple[SessionRecord, list[tuple[str, str]]]:

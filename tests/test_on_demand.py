@@ -97,9 +97,9 @@ def test_the_least_recently_used_model_that_is_not_busy_makes_room():
 
 def test_idle_models_stop_only_with_a_limit():
     activity = {"a": 0.0, "b": 95.0}
-    assert on_demand.idle(activity, set(), 100.0, 0) == []
-    assert on_demand.idle(activity, set(), 100.0, 30) == ["a"]
-    assert on_demand.idle(activity, {"a"}, 100.0, 30) == []
+    assert on_demand.idle(activity, 100.0, 0) == []
+    assert on_demand.idle(activity, 100.0, 30) == ["a"]
+    assert on_demand.idle(activity, 100.0, 3) == ["a", "b"]
 
 
 # --- the files the chat and the supervisor share --------------------------------------

@@ -52,8 +52,9 @@ class ModelSettings(BaseModel):
     )
     model_idle_s: float = Field(
         0.0, ge=0,
-        description="With ERNIE_MODELS_AT_ONCE: a model that had no request for this many seconds "
-        "stops, freeing its memory (0: it stays up until another needs its place).",
+        description="With ERNIE_MODELS: a model that had no request for this many seconds stops, "
+        "freeing its memory, and starts again on its next request (0: it stays up, until another "
+        "needs its place with ERNIE_MODELS_AT_ONCE).",
     )
 
     @property
@@ -62,8 +63,9 @@ class ModelSettings(BaseModel):
 
     def problems(self) -> list[str]:
         if not self.models:
-            return ["ERNIE_MODELS_AT_ONCE says how many of ERNIE_MODELS run at once: set "
-                    "ERNIE_MODELS, or unset ERNIE_MODELS_AT_ONCE"] if self.models_at_once else []
+            return [f"{name} is about the models of ERNIE_MODELS: set ERNIE_MODELS, or unset {name}"
+                    for name, value in (("ERNIE_MODELS_AT_ONCE", self.models_at_once),
+                                        ("ERNIE_MODEL_IDLE_S", self.model_idle_s)) if value]
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
                                self.engine_copies, engine_url=self.engine_url,
                                at_once=self.models_at_once)
@@ -75,10 +77,10 @@ class ModelSettings(BaseModel):
 
     def serving(self, model: ServedModel):
         """These settings as ``model`` of ERNIE_MODELS is served and reached: its name, served
-        name, port and max-model-len, and no list of models."""
+        name, port and max-model-len, and no list of models (nor what is said about them)."""
         return self.model_copy(update={"model": model.name, "served_model_name": model.served_name,
                                        "engine_port": model.port, "max_model_len": model.max_model_len,
-                                       "models": "", "models_at_once": None})
+                                       "models": "", "models_at_once": None, "model_idle_s": 0.0})
 
     @property
     def served_models(self) -> tuple[ServedModel, ...]:

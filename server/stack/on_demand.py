@@ -48,11 +48,12 @@ def least_recently_used(activity: dict[str, float], busy_names: set[str]) -> Opt
     return min(free, key=lambda name: activity[name]) if free else None
 
 
-def idle(activity: dict[str, float], busy_names: set[str], now: float, idle_s: float) -> list[str]:
-    """The loaded models with no request for ``idle_s`` (0: none ever is)."""
+def idle(activity: dict[str, float], now: float, idle_s: float) -> list[str]:
+    """The loaded models not used for ``idle_s`` (0: none ever is); whether a long reply still
+    runs in one, only its engine knows."""
     if not idle_s:
         return []
-    return [name for name, last in activity.items() if name not in busy_names and now - last >= idle_s]
+    return [name for name, last in activity.items() if now - last >= idle_s]
 
 
 def running_requests(tier: EngineTier) -> int:
@@ -118,13 +119,14 @@ class OnDemand:
             self.thread.join(timeout_s)
 
     # --- one look ---------------------------------------------------------------
-    def activity(self, now: float) -> tuple[dict[str, float], set[str]]:
-        """Each loaded model's last use (or its start, if later) and those busy now."""
-        activity = {name: max(last_used(self.stack.settings, name) or 0, self.ready_at.get(name, 0))
-                    for name in self.tiers if name not in self.asleep}
+    def activity(self) -> dict[str, float]:
+        """Each loaded model's last use, or its start if later."""
+        return {name: max(last_used(self.stack.settings, name) or 0, self.ready_at.get(name, 0))
+                for name in self.tiers if name not in self.asleep}
+
+    def busy(self, name: str, last: float, now: float) -> bool:
         # A use too recent to show in the engine's /metrics yet counts as a request.
-        return activity, {name for name, last in activity.items()
-                          if now - last < RECENT_S or self.requests(self.tiers[name]) > 0}
+        return now - last < RECENT_S or self.requests(self.tiers[name]) > 0
 
     def step(self, now: float) -> None:
         used = {name: last_used(self.stack.settings, name) for name in self.asleep}
@@ -133,15 +135,17 @@ class OnDemand:
                 return
             self.wake(name)
             now = time.time()
-        activity, busy_names = self.activity(now)
-        for name in idle(activity, busy_names, now, self.idle_s):
-            self.put_to_sleep(name, f"no request for {self.idle_s:g} s (ERNIE_MODEL_IDLE_S)")
+        activity = self.activity()
+        for name in idle(activity, now, self.idle_s):
+            if not self.busy(name, activity[name], now):
+                self.put_to_sleep(name, f"no request for {self.idle_s:g} s (ERNIE_MODEL_IDLE_S)")
 
     def make_room(self, name: str, now: float) -> bool:
-        activity, busy_names = self.activity(now)
+        activity = self.activity()
         if len(activity) < self.at_once:
             return True
-        victim = least_recently_used(activity, busy_names)
+        victim = least_recently_used(activity, {other for other, last in activity.items()
+                                                if self.busy(other, last, now)})
         if victim is None:
             if name not in self.waiting:
                 self.waiting.add(name)
