@@ -152,8 +152,6 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
         kind = "server_too_long"  # only a server that cannot count lets this happen
     elif kind in ("unreachable", "cut") and mid_reply:
         kind = "interrupted"  # tokens had come, then the engine went and none came back in time
-    elif kind == "unreachable" and ENGINES.current().asleep():
-        kind = "model_asleep"  # started on demand, by the chat's first message
     elif kind == "unreachable" and engine_restarting():
         kind = "loading"  # the supervisor says vLLM is on its way back
     cl.user_session.set("engine_model", None)  # the engine may come back with other figures
@@ -265,6 +263,10 @@ async def on_chat_start() -> None:
         kept = LIVE_CHATS is not None and carry_over()
         # "kept": the chat goes on with its history and reply (qa-load waits for the reply).
         await notice(text(lang(), "moved_kept" if kept else "moved"), "moved", kept=kept)
+    if (engine := ENGINES.current()).asleep():  # its first message starts it: nothing to ask yet
+        await send_panel()
+        session_tasks.after_start(notice(text(lang(), "model_asleep", model=engine.name), "welcome"))
+        return
     try:
         await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong

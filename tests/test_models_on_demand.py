@@ -80,6 +80,7 @@ def test_up_starts_two_and_the_third_sleeps(on_demand):
     assert [state(up, name)["state"] for name in MODELS] == ["ready", "ready", "asleep"]
     assert state(up, "demo")["load_s"] > 0
     assert any("[on demand] demo-small: started on a chat's first request" in line for line in up.lines)
+    assert f"Engine: http://127.0.0.1:{port(up, 'demo-small')} serves demo-small (on demand)" in up.lines
     assert any(line.startswith("[models] ") and "demo-small on port" in line and line.endswith("on demand")
                for line in up.lines), up.output()
     cli = [sys.executable, "-m", "server.cli"]
@@ -103,7 +104,7 @@ async def chat_with(up: Up, profile: str, prompt: str) -> tuple[SessionRecord, l
             seen.append(((data.get("metadata") or {}).get("kind"), data.get("output") or ""))
         handle(event, data)
     chat.sio.on("*", on_event)
-    await chat.open(up.url)  # an asleep model's chat opens with the notice that it is not loaded
+    assert await chat.open(up.url), chat.record.error
     chat.next_turn(prompt)
     await asyncio.wait_for(chat.ask(), 400)
     await chat.close()
@@ -128,7 +129,8 @@ def test_a_chat_of_the_asleep_model_loads_it_and_the_least_recently_used_stops(o
     finally:
         done.set()
         user.join()
-    assert ("error", "ℹ️ **demo-small** is not loaded now: it starts with your first message.") in seen
+    # Its welcome says the model is not loaded; nothing is asked of its engine before the message.
+    assert ("welcome", "ℹ️ **demo-small** is not loaded now: it starts with your first message.") in seen
     assert ("model_loading", "⏳ Loading **demo-small** … (first start); the reply follows once it "
             "is loaded.") in seen, seen
     assert record.final and not record.error, (record, up.output())

@@ -422,7 +422,9 @@ def run(settings: Settings, out=print) -> int:
         else:
             out(f"Chat:   {settings.app_url}")
             for model in settings.served_models:
-                out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else ""))
+                asleep = stack.on_demand and model.served_name in stack.on_demand.asleep
+                out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else "")
+                    + (" (on demand)" if asleep else ""))
         if stack.info and stack.info.is_demo:
             out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
         out("Press Ctrl-C to stop.")
