@@ -47,7 +47,7 @@ from app.user_limits import Limits, UserLimits, user_key
 from server import chat_db
 from server.auth_store import open_store
 from server.demo_stamp import is_demo_model
-from server.engine_state import may_come_back, read_state
+from server.engine_state import may_come_back
 from server.settings import auth_headers, load_settings
 from server.usage_log import append_error, append_usage
 
@@ -161,7 +161,7 @@ async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
 
 
 def engine_restarting() -> bool:
-    return read_state(SETTINGS).get("state") in ("starting", "restarting")
+    return ENGINES.current().state().get("state") in ("starting", "restarting")
 
 
 async def say_waiting() -> None:
@@ -260,6 +260,10 @@ async def on_chat_start() -> None:
         kept = LIVE_CHATS is not None and carry_over()
         # "kept": the chat goes on with its history and reply (qa-load waits for the reply).
         await notice(text(lang(), "moved_kept" if kept else "moved"), "moved", kept=kept)
+    if (engine := ENGINES.current()).asleep():  # its first message starts it: nothing to ask yet
+        await send_panel()
+        session_tasks.after_start(notice(text(lang(), "model_asleep", model=engine.name), "welcome"))
+        return
     try:
         await engine_model()
     except Exception as exc:  # the chat still opens; the message says what is wrong
@@ -397,6 +401,9 @@ async def _answer(message_id: str, user_text: str, too_long: str,
     params: ChatParams = cl.user_session.get("params")
     await switcher.answering(conversation, message_id)  # an edit or a regeneration keeps the old turn
     conversation.ask(message_id, user_text)  # and the model forgets it
+    chosen = ENGINES.current()
+    if loading := chosen.wake(lang()):  # an asleep model starts (server/stack/on_demand.py)
+        await notice(loading, "model_loading")
 
     async def prepared():
         model, max_len = await engine_model()
@@ -408,8 +415,8 @@ async def _answer(message_id: str, user_text: str, too_long: str,
     try:
         # The engine may be restarting: its count waits for it as the reply would (failover).
         model, max_len, fitted, resumed = await failover.when_engine_answers(
-            prepared, SETTINGS.continue_wait_s, say_waiting,
-            lambda away_s: may_come_back(read_state(SETTINGS), away_s))
+            prepared, SETTINGS.continue_wait_s, model_choice.already_told if loading else say_waiting,
+            lambda away_s: may_come_back(chosen.state(), away_s))
     except TooLong as exc:
         await show_error(text(lang(), too_long, tokens=exc.tokens, limit=exc.limit), too_long)
         return

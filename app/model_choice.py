@@ -10,7 +10,12 @@ A chat's model is its chat profile, whose name is the model's served name: Chain
 in the session (``cl.user_session.get("chat_profile")``) and in a saved chat's metadata, and a
 resumed chat gets it back from there (docs/notes.md, "Chainlit 2.12").  The name comes from
 the browser (the socket's ``chatProfile``): :meth:`Engines.pick` only ever looks it up among
-the served models, so a forged one reaches no URL.
+the served models, so a forged one reaches no URL and no file.
+
+With ERNIE_MODELS some models may start only when asked for (ERNIE_MODELS_AT_ONCE,
+server/stack/on_demand.py): :meth:`Engine.wake` marks the chat's model used, which starts an
+asleep one, and says that it loads; each model's state is a file of its own
+(server/engine_state.py, ``Engine.key``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from app.saved_chats import saved_metadata
 from app.server_info import ServerInfo
 from app.single_flight import SingleFlight
 from app.texts import text
+from server.engine_state import read_state
+from server.model_wake import mark_used
 from server.settings import Settings
 from server.settings.model_list import ServedModel
 
@@ -47,6 +54,7 @@ class Engine:
     busy: Optional[BusyGauge] = None
     server: SingleFlight[ServerInfo] = field(default_factory=lambda: SingleFlight(max_age_s=SERVER_MAX_AGE_S))
     speeds: deque = field(default_factory=lambda: deque(maxlen=RECENT_SPEEDS))
+    key: Optional[str] = None  # its served name with ERNIE_MODELS: its state and use files
 
     @property
     def name(self) -> str:
@@ -57,9 +65,33 @@ class Engine:
         return self.settings.engine_base_url
 
     def finished(self, tokens_per_s: Optional[float]) -> None:
-        """A reply this process streamed from the model ended, at this speed (None: unknown)."""
+        """A reply this process streamed from the model ended, at this speed (None: unknown);
+        the model was used now, for the supervisor's least recently used."""
         if tokens_per_s:
             self.speeds.append(tokens_per_s)
+        self.used()
+
+    def used(self) -> None:
+        if self.key:
+            mark_used(self.settings, self.key)
+
+    def state(self) -> dict:
+        """What the supervisor says its engine does (server/engine_state.py)."""
+        return read_state(self.settings, self.key)
+
+    def asleep(self) -> bool:
+        return bool(self.key) and self.state().get("state") == "asleep"
+
+    def wake(self, lang: str) -> Optional[str]:
+        """Before a request: mark the model used (an asleep one starts) and, when it is not
+        loaded, the notice that it loads and how long that took last time."""
+        self.used()
+        state = self.state() if self.key else {}
+        if state.get("state") not in ("asleep", "starting"):
+            return None
+        took = state.get("load_s")
+        return text(lang, "model_loading", model=self.name,
+                    took=text(lang, "model_load_took", seconds=took) if took else text(lang, "model_load_first"))
 
     def error_text(self, lang: str, kind: str, exc: BaseException) -> str:
         """The chat's text for an error ``kind`` (app.engine_client.error_kind) of this engine."""
@@ -91,7 +123,9 @@ class Engines:
     def __init__(self, settings: Settings, make_client: Callable[[Settings], AsyncOpenAI],
                  make_busy: Callable[[Settings], Optional[BusyGauge]]) -> None:
         views = [model_settings(settings, model) for model in settings.served_models]
-        self.all = tuple(Engine(view, make_client(view), make_busy(view)) for view in views)
+        self.all = tuple(Engine(view, make_client(view), make_busy(view),
+                                key=view.served_model_name if settings.models else None)
+                         for view in views)
 
     @property
     def several(self) -> bool:
@@ -133,3 +167,7 @@ class Engines:
     async def close(self) -> None:
         for engine in self.all:
             await engine.client.close()
+
+
+async def already_told() -> None:
+    """A wait's notice when the chat said before that the model loads (:meth:`Engine.wake`)."""

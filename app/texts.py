@@ -46,6 +46,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "model_no_replies": "no replies yet",
         "model_unknown": "ℹ️ The model this chat asked for is not served here: it goes on with "
                          "**{model}**.",
+        "model_loading": "⏳ Loading **{model}** … ({took}); the reply follows once it is loaded.",
+        "model_load_took": "took {seconds:.0f} s last time",
+        "model_load_first": "first start",
+        "model_asleep": "ℹ️ **{model}** is not loaded now: it starts with your first message.",
         "dropped": "ℹ️ The conversation is longer than the model's {limit}-token window, so the "
                    "{n} oldest exchange(s) were left out of this request.",
         "stopped": "⏹ Stopped. The text above is kept.",
@@ -243,6 +247,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "model_speed": "每秒 {tps} 个 token（最近几条回复的中位数）",
         "model_no_replies": "还没有回复",
         "model_unknown": "ℹ️ 此对话请求的模型不在这里提供：接下来使用 **{model}**。",
+        "model_loading": "⏳ 正在加载 **{model}** …（{took}）；加载完成后开始回复。",
+        "model_load_took": "上次用时 {seconds:.0f} 秒",
+        "model_load_first": "首次启动",
+        "model_asleep": "ℹ️ **{model}** 目前未加载：发送第一条消息时启动。",
         "dropped": "ℹ️ 对话超过了模型 {limit} token 的上下文窗口，本次请求省略了最早的 {n} 轮对话。",
         "stopped": "⏹ 已停止。上面的文字已保留。",
         "too_long": "您的消息有 {tokens} 个 token，模型最多接受 {limit} 个 token 的提示。请缩短或分段发送。",

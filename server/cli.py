@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from server.errors import ErnieChatError
 from server.private_files import PRIVATE_UMASK
@@ -91,13 +92,20 @@ def engine_logs() -> list[Path]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    paths = [Path(args.log)] if args.log else engine_logs()
-    return max(doctor_report(path, args) for path in paths)
+    if args.log:
+        return doctor_report(Path(args.log), args)
+    settings = load_settings()
+    names = [model.served_name if settings.models else None for model in settings.served_models]
+    return max(doctor_report(path, args, asleep_line(settings, name) if name else None)
+               for path, name in zip(engine_logs(), names))
 
 
-def doctor_report(path: Path, args: argparse.Namespace) -> int:
+def doctor_report(path: Path, args: argparse.Namespace, asleep: Optional[str] = None) -> int:
     from server.stack import doctor
     from server.stack.vllm_log import read_tail
+    if asleep and not path.exists():
+        print(f"No log at {path} yet: its model is {asleep}.")
+        return 0
     if not path.exists():
         print(f"No log at {path}: start the stack once (./scripts/up) or pass --log FILE.")
         return 2
@@ -129,6 +137,16 @@ def with_generated_key(settings):
     return settings.model_copy(update={"api_key": SecretStr(path.read_text().strip())})
 
 
+def asleep_line(settings, served_name: str) -> Optional[str]:
+    """What `status` and `doctor` say of a model started on demand and not loaded now."""
+    from server.engine_state import read_state
+    state = read_state(settings, served_name)
+    if state.get("state") != "asleep":
+        return None
+    took = f", took {state['load_s']:.0f} s to load last time" if state.get("load_s") else ""
+    return f"asleep: started on demand, by a chat's first request (ERNIE_MODELS_AT_ONCE){took}"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """The engine's live state from /metrics, once or every few seconds with --watch."""
     import time
@@ -142,9 +160,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             try:
                 line = fetch_metrics(model.base_url, settings.api_key_value).summary()
             except httpx.HTTPError as exc:
-                print(f"The engine at {model.base_url} does not answer ({exc}). "
-                      "Is ./scripts/up running?")
-                return 1
+                if settings.models and (asleep := asleep_line(settings, model.served_name)):
+                    line = asleep
+                else:
+                    print(f"The engine at {model.base_url} does not answer ({exc}). "
+                          "Is ./scripts/up running?")
+                    return 1
             except NoEngineStats as exc:
                 print(exc)
                 return 1

@@ -196,6 +196,7 @@ async def test_an_engine_that_will_not_come_back_is_said_down_after_the_quick_tr
 
 @pytest.mark.parametrize("state, away_s, wait", [
     ({"state": "restarting"}, 100.0, True), ({"state": "starting"}, 100.0, True),
+    ({"state": "asleep"}, 100.0, True),      # a model started on demand: the chat's use wakes it
     ({"state": "ready"}, 1.0, True),         # vLLM's API servers are gone before its main process
     ({"state": "ready"}, DEATH_NOTICE_S, False),
     ({"state": "failed"}, 0.0, False), ({"state": "stopped"}, 0.0, False),

@@ -12,6 +12,7 @@ to the 4 decimals a person would type, so they never add up to more than the uti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -21,9 +22,11 @@ from server.plan import kv_planner as kp
 from server.plan import preflight
 from server.plan.device import DeviceMemory
 from server.settings import Settings
-from server.settings.model_list import ModelEntry, models_problems
+from server.settings.model_list import ModelEntry, models_problems, on_demand_shares, starts_on_demand
 
 GIB = kp.GIB
+# The fix every refusal of a set offers beside its own: fewer models at once, the rest on demand.
+FEWER = "(or fewer at once: ERNIE_MODELS_AT_ONCE=N starts the others on demand)"
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,16 @@ class ModelsPlan:
     models: tuple[ModelPlan, ...]
     problems: tuple[str, ...]    # empty: the set fits
 
+    at_once: int = 0             # how many run together (ERNIE_MODELS_AT_ONCE); 0: all
+
     @property
     def share_total(self) -> float:
-        return sum(model.share for model in self.models)
+        """The memory of the models that run together: the largest shares when not all do."""
+        return sum(sorted((model.share for model in self.models), reverse=True)[:self.together])
+
+    @property
+    def together(self) -> int:
+        return self.at_once or len(self.models)
 
 
 def model_settings(settings: Settings, name: str, max_model_len: int, share: float) -> Settings:
@@ -118,7 +128,7 @@ def rest_problem(needs: tuple[ModelNeed, ...], utilization: float, total_bytes: 
             f"{max(rest, 0) / GIB:.2f} GiB, but need at least {wanted / GIB:.2f} GiB (weights, "
             f"activations, overheads and one request at max-model-len each): short by "
             f"{(wanted - rest) / GIB:.2f} GiB. Lower the other models' shares, raise "
-            "ERNIE_GPU_MEMORY_UTILIZATION, lower their max-model-len, or serve fewer models.")
+            f"ERNIE_GPU_MEMORY_UTILIZATION, lower their max-model-len, or serve fewer models {FEWER}.")
 
 
 def model_problems(model: ModelPlan, total_bytes: int) -> list[str]:
@@ -142,7 +152,7 @@ def model_problems(model: ModelPlan, total_bytes: int) -> list[str]:
         f"and overheads ({need.overhead.before_kv / GIB:.2f} GiB) and one request of max-model-len "
         f"{need.max_model_len:,} ({need.request_bytes / GIB:.2f} GiB) need "
         f"{need.minimum_bytes / GIB:.2f} GiB: short by {(need.minimum_bytes - have) / GIB:.2f} GiB. "
-        f"Give it a share of {smallest:g} or more{shorter}, or serve fewer models.")
+        f"Give it a share of {smallest:g} or more{shorter}, or serve fewer models {FEWER}.")
     return problems
 
 
@@ -154,7 +164,7 @@ def free_problem(share_total: float, memory: DeviceMemory) -> Optional[str]:
     return (f"The models' shares add up to {share_total:.4g} = {wanted / GIB:.2f} GiB, but only "
             f"{memory.free_bytes / GIB:.2f} GiB are free on {memory.name} ({others}): short by "
             f"{(wanted - memory.free_bytes) / GIB:.2f} GiB. Lower the shares or "
-            "ERNIE_GPU_MEMORY_UTILIZATION, serve fewer models, or stop the other processes.")
+            f"ERNIE_GPU_MEMORY_UTILIZATION, serve fewer models {FEWER}, or stop the other processes.")
 
 
 def plan_models(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape]],
@@ -165,38 +175,47 @@ def plan_models(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape
                        "--gpu-memory-gib N (its total memory), or unset ERNIE_MODELS.")
     utilization, total = settings.gpu_memory_utilization, memory.total_bytes
     needs = tuple(need_for(settings, entry, shape) for entry, shape in shaped)
-    shares = split_shares(needs, utilization, total)
+    entries = tuple(entry for entry, _ in shaped)
+    at_once = settings.models_at_once if starts_on_demand(entries, settings.models_at_once) else 0
+    shares = (on_demand_shares(entries, utilization, at_once) if at_once
+              else split_shares(needs, utilization, total))
     models = tuple(ModelPlan(need, share, preflight.plan_for(
         model_settings(settings, need.name, need.max_model_len, share), need.shape, memory))
         for need, share in zip(needs, shares))
-    problems = models_problems(tuple(entry for entry, _ in shaped), utilization, settings.kv_cache_gib,
-                               settings.engine_copies, total)
-    if problem := rest_problem(needs, utilization, total):
+    problems = models_problems(entries, utilization, settings.kv_cache_gib, settings.engine_copies, total,
+                               at_once=settings.models_at_once)
+    if not at_once and (problem := rest_problem(needs, utilization, total)):
         problems.append(problem)
     else:  # a share the rest could not pay for is reported once, above
         problems += [p for model in models for p in model_problems(model, total)]
     # Shares above the utilization are refused above; the GPU must have room for the rest.
-    if problem := free_problem(min(sum(shares), utilization), memory):
+    planned = ModelsPlan(memory, utilization, models, (), at_once)
+    if problem := free_problem(min(planned.share_total, utilization), memory):
         problems.append(problem)
-    return ModelsPlan(memory, utilization, models, tuple(problems))
+    return dataclasses.replace(planned, problems=tuple(problems))
 
 
 def cpu_problems(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape]],
                  memory: DeviceMemory) -> list[str]:
     """On a CPU each model's vLLM gets the KV pool one model gets alone (ERNIE_KV_CACHE_GIB is
     refused with ERNIE_MODELS): each pool must hold one request of its max-model-len, and the
-    pools together must fit in the memory free now."""
-    problems, pools = [], 0
+    pools of the models that run together (the largest ERNIE_MODELS_AT_ONCE of them) must fit
+    in the memory free now."""
+    problems, pools = [], []
     for entry, shape in shaped:
         alone = model_settings(settings, entry.name, entry.max_model_len or settings.max_model_len,
                                settings.gpu_memory_utilization)
         problems += [f"{entry.name}: {problem}" for problem in preflight.check(alone, shape, memory)]
-        pools += int(alone.cpu_kv_cache_gib * GIB)
-    if pools > memory.free_bytes:
-        problems.append(f"The models' KV pools add up to {pools / GIB:.2f} GiB, but only "
+        pools.append(int(alone.cpu_kv_cache_gib * GIB))
+    together = settings.models_at_once or len(pools)
+    wanted = sum(sorted(pools, reverse=True)[:together])
+    if wanted > memory.free_bytes:
+        which = (f"The {together} largest KV pools of the models (ERNIE_MODELS_AT_ONCE={together} "
+                 "run at once)" if together < len(pools) else "The models' KV pools")
+        problems.append(f"{which} add up to {wanted / GIB:.2f} GiB, but only "
                         f"{memory.free_bytes / GIB:.2f} GiB of memory are free: short by "
-                        f"{(pools - memory.free_bytes) / GIB:.2f} GiB. Serve fewer models or "
-                        "stop other programs.")
+                        f"{(wanted - memory.free_bytes) / GIB:.2f} GiB. Serve fewer models {FEWER}, "
+                        "or stop other programs.")
     return problems
 
 

@@ -116,7 +116,7 @@ def build_models(args: argparse.Namespace, settings: Settings) -> dict:
         "device": {"kind": memory.kind, "name": memory.name, "total_bytes": memory.total_bytes,
                    "free_bytes": memory.free_bytes, "others": list(memory.others)},
         "gpu_memory_utilization": planned.utilization, "kv_cache_dtype": settings.kv_cache_dtype,
-        "share_total": planned.share_total,
+        "share_total": planned.share_total, "at_once": planned.together,
         "models": [{"model": m.need.name, "share": m.share, "share_given": m.share_given,
                     "weights_bytes": m.need.shape.weights, **m.plan.as_dict()}
                    for m in planned.models],
@@ -127,9 +127,12 @@ def build_models(args: argparse.Namespace, settings: Settings) -> dict:
 def render_models(r: dict) -> str:
     gib = lambda b: f"{b / GIB:.2f}"
     d = r["device"]
+    together = r["at_once"] < len(r["models"])
+    which = (f"{r['at_once']} at once, the others on demand; the {r['at_once']} largest shares add up to"
+             if together else "all models, shares add up to")
     lines = [
         f"Device   {d['kind']}: {d['name']}, {gib(d['total_bytes'])} GiB total, {gib(d['free_bytes'])} "
-        f"GiB free; utilization {r['gpu_memory_utilization']} for all models, shares add up to "
+        f"GiB free; utilization {r['gpu_memory_utilization']} for {which} "
         f"{r['share_total']:.4g}; kv dtype {r['kv_cache_dtype']}",
         "",
         f"  {'model':<32}{'share':>8}{'GiB':>8}{'weights':>9}{'other':>7}{'KV pool':>9}"
@@ -145,8 +148,10 @@ def render_models(r: dict) -> str:
     lines += ["", "GiB: the share of the GPU's total memory; other: activations and non-torch memory, which "
               "come off the share before the KV pool (CUDA graphs come on top); requests: "
               "full-length requests at once.",
-              "* share computed: the rest of the utilization, split so that these models hold as "
-              "many full-length requests each."]
+              "* share computed: " + (
+                  "the utilization divided by ERNIE_MODELS_AT_ONCE, one slot of the models that run "
+                  "at once." if together else "the rest of the utilization, split so that these "
+                  "models hold as many full-length requests each.")]
     if r["problems"]:
         lines += ["", "This set of models does not fit:"] + [f"  - {p}" for p in r["problems"]]
     return "\n".join(lines)

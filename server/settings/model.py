@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -43,22 +43,44 @@ class ModelSettings(BaseModel):
         "next ones on the ports after it, under the last part of its name (docs/models.md).",
     )
 
+    models_at_once: Optional[int] = Field(
+        None, ge=1,
+        description="How many models of ERNIE_MODELS run at once (default: all of them). Fewer: "
+        "the first ones start with `up`, each other one on its chat's first request, and the "
+        "least recently used one stops to make room; on a GPU each model without a share in "
+        "ERNIE_MODELS gets ERNIE_GPU_MEMORY_UTILIZATION divided by this number (docs/models.md).",
+    )
+    model_idle_s: float = Field(
+        0.0, ge=0,
+        description="With ERNIE_MODELS: a model that had no request for this many seconds stops, "
+        "freeing its memory, and starts again on its next request (0: it stays up, until another "
+        "needs its place with ERNIE_MODELS_AT_ONCE).",
+    )
+
     @property
     def model_entries(self) -> tuple[ModelEntry, ...]:
         return parse_models(self.models)
 
     def problems(self) -> list[str]:
         if not self.models:
-            return []
+            return [f"{name} is about the models of ERNIE_MODELS: set ERNIE_MODELS, or unset {name}"
+                    for name, value in (("ERNIE_MODELS_AT_ONCE", self.models_at_once),
+                                        ("ERNIE_MODEL_IDLE_S", self.model_idle_s)) if value]
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
-                               self.engine_copies, engine_url=self.engine_url)
+                               self.engine_copies, engine_url=self.engine_url,
+                               at_once=self.models_at_once)
+
+    @property
+    def at_once(self) -> int:
+        """How many of the served models run at once: ERNIE_MODELS_AT_ONCE, or all of them."""
+        return self.models_at_once or len(self.served_models)
 
     def serving(self, model: ServedModel):
         """These settings as ``model`` of ERNIE_MODELS is served and reached: its name, served
-        name, port and max-model-len, and no list of models."""
+        name, port and max-model-len, and no list of models (nor what is said about them)."""
         return self.model_copy(update={"model": model.name, "served_model_name": model.served_name,
                                        "engine_port": model.port, "max_model_len": model.max_model_len,
-                                       "models": ""})
+                                       "models": "", "models_at_once": None, "model_idle_s": 0.0})
 
     @property
     def served_models(self) -> tuple[ServedModel, ...]:

@@ -104,12 +104,27 @@ def checked_models(value: str) -> str:
 
 def models_problems(entries: tuple[ModelEntry, ...], utilization: float, kv_cache_gib: Optional[float],
                     engine_copies: int, total_bytes: Optional[int] = None,
-                    engine_url: Optional[str] = None) -> list[str]:
-    """What the other settings must be for these models; ``total_bytes`` adds GiB to the figures."""
+                    engine_url: Optional[str] = None, at_once: Optional[int] = None) -> list[str]:
+    """What the other settings must be for these models; ``total_bytes`` adds GiB to the figures.
+    With ``at_once`` fewer than the models, only that many run together (ERNIE_MODELS_AT_ONCE):
+    the largest of their shares (:func:`on_demand_shares`) must fit together."""
     problems = []
+    if at_once is not None and at_once > len(entries):
+        problems.append(f"ERNIE_MODELS_AT_ONCE={at_once} is more than the {len(entries)} models of "
+                        f"ERNIE_MODELS: lower it to {len(entries)} or less, or unset it")
+    together = min(at_once or len(entries), len(entries))
     given = sum(entry.share for entry in entries if entry.share is not None)
     unshared = [entry.name for entry in entries if entry.share is None]
-    if given > utilization + 1e-9:
+    if together < len(entries):
+        slot = slot_share(utilization, together)
+        largest = sum(sorted(on_demand_shares(entries, utilization, together), reverse=True)[:together])
+        if largest > utilization + 1e-9:
+            problems.append(
+                f"the {together} largest shares of ERNIE_MODELS (a model given none takes "
+                f"{slot:g}) add up to {largest:.4g}, more than ERNIE_GPU_MEMORY_UTILIZATION="
+                f"{utilization}, the memory of the ERNIE_MODELS_AT_ONCE={together} models that run "
+                "at once: lower the shares or raise the utilization")
+    elif given > utilization + 1e-9:
         excess = f" ({(given - utilization) * total_bytes / GIB:.2f} GiB)" if total_bytes else ""
         problems.append(
             f"the shares in ERNIE_MODELS add up to {given:.4g}, more than "
@@ -128,3 +143,20 @@ def models_problems(entries: tuple[ModelEntry, ...], utilization: float, kv_cach
         problems.append("ERNIE_MODELS are served by engines the stack starts, ERNIE_ENGINE_URL points "
                         "at one that runs elsewhere: unset one of them")
     return problems
+
+
+def slot_share(utilization: float, at_once: int) -> float:
+    """The share of a model of ERNIE_MODELS given none, when only ``at_once`` run together:
+    one slot of the utilization, rounded down to the 4 decimals a person would type."""
+    return int(utilization / at_once * 10_000) / 10_000
+
+
+def starts_on_demand(entries: tuple[ModelEntry, ...], at_once: Optional[int]) -> bool:
+    """Whether some models start only when asked for (ERNIE_MODELS_AT_ONCE below their count)."""
+    return at_once is not None and at_once < len(entries)
+
+
+def on_demand_shares(entries: tuple[ModelEntry, ...], utilization: float, at_once: int) -> tuple[float, ...]:
+    """Each model's share when only ``at_once`` run together: the one given, else a slot."""
+    return tuple(slot_share(utilization, at_once) if entry.share is None else entry.share
+                 for entry in entries)

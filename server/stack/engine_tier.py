@@ -147,9 +147,11 @@ class EngineTier:
 
     def __init__(self, settings: Settings, copies: tuple[EngineCopy, ...], device: str,
                  root: Path, log_path: Path, out: Callable[[str], None] = print,
-                 label: str = "engine"):
+                 label: str = "engine", model: Optional[str] = None):
+        """``model``: the served name of a model of ERNIE_MODELS, whose state file it writes."""
         self.settings, self.copies, self.device = settings, copies, device
         self.root, self.log_path, self.out, self.label = root, log_path, out, label
+        self.model = model
         self.engines: list[EngineProcess] = []
         self.info: Optional[EngineInfo] = None
         self.plan: Optional[kp.Plan] = None
@@ -205,14 +207,19 @@ class EngineTier:
         return pooled, preflight.plan_for(preflight.per_copy_settings(pooled, copies), shape, memory)
 
     # --- starting -----------------------------------------------------------
+    def state(self, state: str, **details) -> None:
+        """Tell the chat what this tier's engine does (server/engine_state.py)."""
+        write_state(self.settings, state, self.model, **details)
+
     def start_all(self) -> EngineInfo:
-        write_state(self.settings, "starting")
+        began = time.monotonic()
+        self.state("starting")
         if self.together:
             for engine in self.engines:
                 engine.proc.start()
         for engine in self.engines:
             self.start_or_stop_all(engine, already_started=self.together)
-        write_state(self.settings, "ready")
+        self.state("ready", load_s=round(time.monotonic() - began, 1))
         return self.info
 
     def start_or_stop_all(self, engine: EngineProcess, already_started: bool = False) -> None:
@@ -220,7 +227,7 @@ class EngineTier:
         try:
             self.start(engine, already_started)
         except StartupFailed as exc:
-            write_state(self.settings, "failed", reason=exc.reason)
+            self.state("failed", reason=exc.reason)
             self.stop()
             raise
 
@@ -258,9 +265,9 @@ class EngineTier:
         return None
 
     def restart(self, engine: EngineProcess) -> None:
-        write_state(self.settings, "starting")
+        self.state("starting")
         self.start_or_stop_all(engine)
-        write_state(self.settings, "ready")
+        self.state("ready")
 
     def reconfigure(self, settings: Settings) -> list[EngineCommand]:
         """Each copy's command under new settings, checked like a start's (pre-flight); the
@@ -326,6 +333,9 @@ class EngineTier:
         for engine in self.engines:
             if engine.proc.pid is not None:
                 engine.proc.stop()
+
+    def running(self) -> bool:
+        return any(engine.proc.alive() for engine in self.engines)
 
 
 def api_servers_line(label: str, asked: int, seen: Optional[int]) -> str:

@@ -21,9 +21,10 @@ from server.plan import models as model_plan
 from server.plan.device import read_memory
 from server.plan.model_config import load_shape
 from server.settings import Settings
-from server.settings.model_list import ModelEntry, ServedModel
+from server.settings.model_list import ModelEntry, ServedModel, on_demand_shares, starts_on_demand
 from server.stack.engine_args import EngineCopy
 from server.stack.engine_tier import EngineTier, StartupFailed
+from server.stack.on_demand import OnDemand
 
 
 def tier_settings(settings: Settings, model: ServedModel, share: Optional[float]) -> Settings:
@@ -40,8 +41,11 @@ def model_log_path(main_log: Path, served_name: str) -> Path:
 
 
 def unplanned_shares(settings: Settings) -> tuple[float, ...]:
-    """Without the plan: the shares given, and the rest of the utilization split evenly."""
+    """Without the plan: the shares given, and the rest of the utilization split evenly (or
+    into ERNIE_MODELS_AT_ONCE slots)."""
     entries = settings.model_entries
+    if starts_on_demand(entries, settings.models_at_once):
+        return on_demand_shares(entries, settings.gpu_memory_utilization, settings.models_at_once)
     given = sum(entry.share for entry in entries if entry.share is not None)
     unshared = sum(1 for entry in entries if entry.share is None) or 1
     rest = (settings.gpu_memory_utilization - given) / unshared
@@ -56,7 +60,7 @@ def make_tiers(settings: Settings, device: str, copies: Mapping[str, EngineCopy]
     return [EngineTier(tier_settings(settings, model, None),
                        (copies[model.served_name],), device, root,
                        model_log_path(main_log, model.served_name), out,
-                       label=f"engine {model.served_name}")
+                       label=f"engine {model.served_name}", model=model.served_name)
             for model in settings.served_models]
 
 
@@ -77,11 +81,25 @@ def prepare(settings: Settings, tiers: list[EngineTier], device: str,
         shares, problems = model_plan.fit(settings, shaped, memory)
         if problems:
             raise StartupFailed("The models of ERNIE_MODELS do not fit (`ernie-chat plan` shows the "
-                                "plan):\n" + "\n".join(f"  - {p}" for p in problems),
+                                "plan; ERNIE_MODELS_AT_ONCE=N runs N at once and the others on "
+                                "demand):\n" + "\n".join(f"  - {p}" for p in problems),
                                 reason="the models of ERNIE_MODELS do not fit")
         out("[models] " + ", ".join(
             f"{model.served_name} on port {model.port}" + (f" (share {share:g})" if share else "")
-            for model, share in zip(settings.served_models, shares)))
+            + (" on demand" if i >= settings.at_once else "")
+            for i, (model, share) in enumerate(zip(settings.served_models, shares))))
     for model, tier, share in zip(settings.served_models, tiers, shares):
         tier.settings = tier_settings(settings, model, share)
         tier.build_commands()
+
+
+def on_demand_models(stack) -> Optional[OnDemand]:
+    """Who starts and stops the models on demand, when some wait (ERNIE_MODELS_AT_ONCE) or
+    idle ones stop (ERNIE_MODEL_IDLE_S); those not started first are parked asleep.
+    ``stack``: server.stack.supervisor's Stack, whose tiers are made and prepared."""
+    s = stack.settings
+    if s.at_once >= len(stack.tiers) and not s.model_idle_s:
+        return None
+    manager = OnDemand(stack, stack.tiers, s.at_once, s.model_idle_s, stack.out)
+    manager.park()
+    return manager

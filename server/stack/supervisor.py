@@ -29,14 +29,13 @@ from typing import Callable, Optional
 from pydantic import SecretStr
 
 from server import chat_db, oidc_discovery
-from server.engine_state import write_state
 from server.errors import ErnieChatError
 from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
 from server.settings import Settings, app_exposed, engine_exposed
-from server.stack import balancer, balancer_runtime, model_tiers, restart_control, roller, tls, warmup
+from server.stack import balancer, balancer_runtime, model_tiers, on_demand, restart_control, roller, tls, warmup
 from server.stack.app_tier import AppTier, read_or_create_secret
 from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
 from server.stack.metrics_endpoint import MetricsEndpoint
@@ -91,6 +90,7 @@ class Stack:
         self.rolling: Optional[threading.Thread] = None  # roller.serve, once the first comes
         self.restarts: queue.Queue = queue.Queue()
         self.rolling_now = threading.Event()
+        self.on_demand: Optional[on_demand.OnDemand] = None  # ERNIE_MODELS_AT_ONCE, ERNIE_MODEL_IDLE_S
 
     @property
     def log_path(self) -> Path:
@@ -166,6 +166,7 @@ class Stack:
             self.tiers = model_tiers.make_tiers(self.settings, topology.device, topology.model_copies,
                                                 self.root, self.log_path, self.out)
             model_tiers.prepare(self.settings, self.tiers, topology.device, self.out)
+            self.on_demand = model_tiers.on_demand_models(self)
         else:
             copies = topology.copies if self.settings.starts_engine else ()
             self.tiers = [EngineTier(self.settings, copies, topology.device, self.root,
@@ -175,8 +176,9 @@ class Stack:
         if while_it_loads:
             while_it_loads()
         for tier in self.tiers:  # one after another: module docstring of model_tiers
-            tier.start_all()
-            tier.report()
+            if not (self.on_demand and tier.model in self.on_demand.asleep):  # else on demand
+                tier.start_all()
+                tier.report()
         self.info = self.engines.info
         return self.info
 
@@ -252,8 +254,9 @@ class Stack:
         if self.settings.warmup and self.engines and self.settings.node_role == "head":
             # The workers start meanwhile: the warm-up costs the user no time of its own.
             for tier in self.tiers:
-                warmup.run(tier.settings, [e.url for e in tier.engines], tier.info,
-                           self.topology.device, self.out)
+                if tier.running():  # not an asleep one
+                    warmup.run(tier.settings, [e.url for e in tier.engines], tier.info,
+                               self.topology.device, self.out)
         for worker in self.apps.workers:
             self.apps.wait(worker)
         if self.topology.balanced_app and not wait_until(
@@ -285,6 +288,8 @@ class Stack:
         lap("balancer")
         self.start_app()
         lap("app and warm-up")
+        if self.on_demand:  # from now on a model is idle when no chat uses it
+            self.on_demand.begin()
         self.out(f"[start-up] {sum(took.values()):.0f} s: " + ", ".join(
             f"{name} {seconds:.1f} s" for name, seconds in took.items() if seconds >= 0.05))
 
@@ -341,17 +346,22 @@ class Stack:
         with self.lock:
             self.held.discard(name)
 
+    def park(self, name: str) -> None:
+        """Hold a process that does not run yet (a model started on demand)."""
+        with self.lock:
+            self.held.add(name)
+
     def handle_death(self, child: Child) -> Optional[str]:
         child.failures += 1
         self.out(f"[{child.name}] exited with code {child.proc.returncode}")
-        if child.engine is not None:  # first: the chat tells its users from this file
-            write_state(self.settings, "restarting")
+        if child.tier is not None:  # first: the chat tells its users from this file
+            child.tier.state("restarting")
         child.proc.stop(grace_s=5)  # its children (vLLM's engine core) may still run
         if child.tier is not None:
             self.out(child.tier.explain_failure(child.engine, "The engine stopped."))
             final = child.tier.unrecoverable(child.engine)
             if final:
-                write_state(self.settings, "failed", reason=final)
+                child.tier.state("failed", reason=final)
                 return final
         limit = self.settings.max_restarts
         if child.failures > limit:
@@ -367,6 +377,8 @@ class Stack:
         return None
 
     def stop(self) -> None:
+        if self.on_demand:  # no model wakes any more; one waking stops below
+            self.on_demand.end()
         # The front first, so no new request reaches a tier that is going away.
         if self.apps:
             self.apps.stop()
@@ -376,8 +388,12 @@ class Stack:
             self.balancer.stop()
         for tier in self.tiers:
             tier.stop()
-        if self.tiers:
-            write_state(self.settings, "stopped")
+        if self.on_demand:  # a start it was in fails once its process is stopped
+            self.on_demand.join()
+            for tier in self.tiers:
+                tier.stop()
+        for tier in self.tiers:
+            tier.state("stopped")
 
 
 def raise_shutdown(signum, frame) -> None:
@@ -402,7 +418,9 @@ def run(settings: Settings, out=print) -> int:
         else:
             out(f"Chat:   {settings.app_url}")
             for model in settings.served_models:
+                asleep = stack.on_demand and model.served_name in stack.on_demand.asleep
                 out(f"Engine: {model.base_url}" + (f" serves {model.served_name}" if settings.models else "")
+                    + (" (on demand)" if asleep else "")
                     + (f" (HAProxy on {balancer.bind_address(model.host, model.port)}: the API key on "
                        "every path but GET /health)" if engine_exposed(settings) else ""))
         if stack.info and stack.info.is_demo:
