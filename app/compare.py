@@ -9,7 +9,9 @@ it ends, its figures (``figures_line``, as under a reply).  The element is sent 
 most every ``EVERY_S`` for all the columns together, later in a crowd or for a long text
 (``token_batcher.flush_interval``): each frame carries every column's whole text.
 
-Each column stands alone: an engine's error, or a question too long for its window, ends
+A model started on demand and not loaded now (server/stack/on_demand.py) is not woken: its
+column says so, since its start would stop a model that is answering.  Each column stands
+alone: an engine's error, or a question too long for its window, ends
 that column with the error's text, the others go on.  Stop cancels the message's task,
 which cancels every column: leaving ``aclosing`` closes each HTTP stream at once, so each
 engine aborts its request, and each column keeps its text and says it stopped.
@@ -45,7 +47,7 @@ from server.usage_log import append_error, append_usage
 ELEMENT = "CompareColumns"  # public/elements/CompareColumns.jsx
 # At most ten frames a second for all the columns: each carries every column's text.
 EVERY_S = 0.1
-STREAMING_STATE, DONE, STOPPED, FAILED = "streaming", "done", "stopped", "error"
+STREAMING_STATE, DONE, STOPPED, FAILED, ASLEEP = "streaming", "done", "stopped", "error", "asleep"
 
 
 def question_of(content: str, command: str) -> Optional[str]:
@@ -164,6 +166,9 @@ async def run(question: str, job: Job) -> None:
 async def _column(engine: Engine, column: Column, question: str, job: Job,
                   changed: Callable[[], None]) -> None:
     """One model's reply into its column; its errors end the column, not the comparison."""
+    if engine.asleep():  # on demand and not loaded: waking it would stop one that answers
+        column.state, column.note = ASLEEP, text(job.lang, "compare_asleep")
+        return
     stats = ec.ReplyStats(asked_at=job.asked_at)
     try:
         pieces = await _reply(engine, question, job, stats)

@@ -222,6 +222,8 @@ TEXTS: dict[str, dict[str, str]] = {
                                 "more models (docs/models.md). This chat has one.",
         "compare_title": "⚖️ **{command}**: {question}",
         "compare_stopped": "⏹ Stopped. The text so far is kept.",
+        "compare_asleep": "💤 Not loaded now (ERNIE_MODELS_AT_ONCE): a comparison asks the models "
+                          "that run. Open a chat on it to start it.",
         "compare_not_history": "Not part of the conversation: the chat's model does not see it.",
     },
     "zh": {
@@ -383,6 +385,8 @@ TEXTS: dict[str, dict[str, str]] = {
                                 "（docs/models.md）。本对话只有一个模型。",
         "compare_title": "⚖️ **{command}**：{question}",
         "compare_stopped": "⏹ 已停止。已生成的文字已保留。",
+        "compare_asleep": "💤 当前未加载（ERNIE_MODELS_AT_ONCE）：比较只询问正在运行的模型。"
+                          "在它上面开一个对话即可启动它。",
         "compare_not_history": "不属于对话内容：对话的模型看不到它。",
     },
 }

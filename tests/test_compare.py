@@ -105,3 +105,30 @@ async def test_no_change_sends_only_the_last_frame():
     async with Frames(send, lambda: 0):
         await asyncio.sleep(0.3)
     assert sent == ["frame"]
+
+
+async def test_a_model_asleep_on_demand_is_not_woken_by_a_comparison(tmp_path):
+    from openai import AsyncOpenAI
+
+    from app.chat_settings import ChatParams
+    from app.compare import ASLEEP, Job, _column
+    from app.model_choice import Engines
+    from server.engine_state import write_state
+    from server.model_wake import used_path
+    from server.settings import load_settings
+
+    settings = load_settings(models="demo,demo-small", log_file=tmp_path / "llm.log", kv_cache_gib=None)
+    write_state(settings, "asleep", model="demo-small")
+    engines = Engines(settings, lambda view: AsyncOpenAI(base_url=view.engine_base_url, api_key="x"),
+                      lambda view: None)
+    spent = []
+
+    async def spend(stats):
+        spent.append(stats)
+    job = Job(engines.all, None, settings, ChatParams("", 0.7, 0.9, 64), "en", COMMAND, spend, None)
+    column = Column("demo-small")
+    await _column(engines.all[1], column, "What is rain?", job, lambda: None)
+    assert (column.state, column.note) == (ASLEEP, text("en", "compare_asleep"))
+    assert not spent  # no request was made
+    assert not used_path(settings, "demo-small").exists()  # nor was the model asked to start
+    await engines.close()
