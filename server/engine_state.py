@@ -38,9 +38,10 @@ def write_state(settings: Settings, state: str, model: Optional[str] = None, **d
 
 
 # When vLLM's engine core dies, its API servers close their port at once, while its main
-# process, whose exit the supervisor sees, stops them only up to 5 s later (seen on the H200):
-# "ready" stands that long while nothing answers.
-DEATH_NOTICE_S = 10.0
+# process, whose exit the supervisor sees, force-kills them 5 s later and then exits: on the
+# H200 "ready" stood 8-11 s while nothing answered (docs/performance.md, "Parts killed under
+# load"), and 10 s failed 4 chats of 800 in one run of three.
+DEATH_NOTICE_S = 30.0
 
 
 def may_come_back(state: dict, unreachable_for_s: float) -> bool:

@@ -341,10 +341,16 @@ case $phase in
             --ramp-s 10 --out "/tmp/res/limits/round-$round" 2>&1 | tail -n 2
     done
     up_stop ;;
-  failover-1copy)  # (see failover)
+  failover-1copy)  # (see failover); what the supervisor told the chat, every 0.2 s, and the
+                   # errors the app showed, with their time (the usage log's lines of the run)
     up_start failover-1copy ERNIE_STREAM_INTERVAL=8 || exit 1
+    seen=$(cat data/usage.jsonl 2>/dev/null | wc -l)
+    (while :; do echo "$(date +%T.%N) $(cat /tmp/res/failover-1copy/engine-state.json 2>/dev/null)"; sleep 0.2; done) \
+        > /tmp/res/failover-1copy/states.txt & watcher=$!
     cli qa-load --users 200 --turns 4 --think-s 3 --ramp-s 10 --processes 2 --kill engine:0@15 \
         --reply-timeout-s 400 --no-plots --out /tmp/res/failover-1copy/qa 2>&1 | tail -n 25
+    kill $watcher
+    tail -n +$((seen + 1)) data/usage.jsonl 2>/dev/null | grep '"error"' > /tmp/res/failover-1copy/errors.jsonl
     grep -E "restarting|ready" /tmp/res/failover-1copy/up.txt | tail -n 4
     up_stop ;;
   crowd8)  # 8 app workers, vLLM sending 8 tokens per piece (0.26 has no per-request stream_interval)
