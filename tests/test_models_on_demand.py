@@ -3,7 +3,8 @@
 Three demo models, two at once: `up` starts two, the third is asleep; a chat of the third
 (through the app's socket, as a browser tab) is told it loads, gets its reply, and the least
 recently used model stops while the one in use keeps answering; idle models stop after
-ERNIE_MODEL_IDLE_S; SIGTERM leaves nothing behind.
+ERNIE_MODEL_IDLE_S, and a chat that wakes one again is told how long its last start took;
+SIGTERM leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -152,6 +153,16 @@ def test_idle_models_stop(on_demand):
     assert [state(up, name)["state"] for name in MODELS] == ["asleep"] * 3
     assert any(f"no request for {IDLE_S} s (ERNIE_MODEL_IDLE_S)" in line for line in up.lines)
     assert up.proc.poll() is None and httpx.get(up.url, timeout=10).status_code == 200
+
+
+def test_a_model_loaded_before_says_how_long_that_took(on_demand):
+    up = on_demand
+    took = state(up, "demo-small")["load_s"]  # its start above, kept while it sleeps
+    record, seen = asyncio.run(chat_with(up, "demo-small", "hello again"))
+    assert ("model_loading", f"⏳ Loading **demo-small** … (took {took:.0f} s last time); the reply "
+            "follows once it is loaded.") in seen, seen
+    assert record.final and not record.error, (record, up.output())
+    assert state(up, "demo-small")["state"] == "ready"
 
 
 def test_sigterm_leaves_no_vllm(on_demand):
