@@ -34,9 +34,10 @@ def used_path(settings: Settings, model: str) -> Path:
 
 def mark_used(settings: Settings, model: str) -> None:
     """Say that ``model`` is used now; a name that is not served is ignored."""
-    if not served(settings, model):
+    try:
+        path = used_path(settings, model)
+    except ValueError:
         return
-    path = used_path(settings, model)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
     try:
         os.utime(fd)
