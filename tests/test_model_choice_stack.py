@@ -105,6 +105,16 @@ def pick(page, name: str) -> None:
     page.locator(ASSISTANT).filter(has_text=f"I am {name}").first.wait_for(timeout=60_000)
 
 
+def first_reply_on(page_factory, app, name: str, message: str):
+    """Alice's page with a new chat on model ``name`` that sent ``message``; and its reply."""
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    pick(page, name)
+    send(page, message)
+    [reply] = finished_replies(page, 1)
+    return page, reply
+
+
 def long_text(url: str, model: str, tokens: int) -> str:
     """A message of about ``tokens`` tokens for the model, as its engine counts them."""
     words = "weather " * tokens
@@ -161,11 +171,7 @@ def test_the_picker_shows_each_models_window_and_a_chat_on_b_is_answered_by_b_wi
 
 def test_a_saved_chat_on_b_is_reopened_on_b(page_factory, two_models):
     app, urls, (name_a, name_b) = two_models
-    page = page_factory(app.app_url)
-    log_in(page, "alice", "wonderland")
-    pick(page, name_b)
-    send(page, "Remember the word quince.")
-    finished_replies(page, 1)
+    page, _ = first_reply_on(page_factory, app, name_b, "Remember the word quince.")
     pick(page, name_a)  # a new chat, on A
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
 
@@ -233,11 +239,7 @@ def test_a_forged_chat_profile_gets_the_first_model_and_is_told_so(two_models, p
 
 def test_with_models_the_panel_offers_the_personas_and_one_reaches_the_engine(page_factory, two_models):
     app, urls, (name_a, _) = two_models
-    page = page_factory(app.app_url)
-    log_in(page, "alice", "wonderland")
-    pick(page, name_a)
-    send(page, "Hello there.")
-    [plain] = finished_replies(page, 1)
+    page, plain = first_reply_on(page_factory, app, name_a, "Hello there.")
 
     page.locator("#new-chat-button").click()  # the same first message in a new chat, as the Tutor
     page.locator("#confirm").click()
