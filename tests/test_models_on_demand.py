@@ -1,10 +1,11 @@
 """`up` with ERNIE_MODELS_AT_ONCE below the models: real vLLMs started on a chat's first request.
 
 Three demo models, two at once: `up` starts two, the third is asleep; a chat of the third
-(through the app's socket, as a browser tab) is told it loads, gets its reply, and the least
-recently used model stops while the one in use keeps answering; idle models stop after
-ERNIE_MODEL_IDLE_S, and a chat that wakes one again is told how long its last start took;
-SIGTERM leaves nothing behind.
+(through the app's socket, as a browser tab, logged in: saved chats) is told it loads, gets its
+reply once the model is loaded and warmed up, and the least recently used model stops while the
+one in use keeps answering; idle models stop after ERNIE_MODEL_IDLE_S; that saved chat reopened
+while its model sleeps opens without asking the model anything, and its next message wakes it,
+told how long its last start took; SIGTERM leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 import httpx
 import pytest
 
 from server import model_wake
 from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.login import PASSWORD_ENV, log_in
 from server.stack.processes import port_free
 from tests.conftest import ROOT
 from tests.stack_process import Up, alive, descendants, serving
@@ -31,6 +34,7 @@ pytestmark = pytest.mark.engine
 
 MODELS = ("demo", "demo-copy", "demo-small")
 IDLE_S = 50
+USER, PASSWORD = "alice", "wonderland-4711"
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +44,10 @@ def on_demand(tmp_path_factory, demo_model):
     shutil.copytree(demo_model, other)
     up = Up(tmp, ERNIE_MODELS=f"demo,{other},demo-small", ERNIE_MODELS_AT_ONCE="2",
             ERNIE_MODEL_IDLE_S=str(IDLE_S), ERNIE_ENGINE_PORT=str(free_ports(len(MODELS))),
-            ERNIE_KV_CACHE_GIB=None, ERNIE_MODEL=None)
+            ERNIE_KV_CACHE_GIB=None, ERNIE_MODEL=None,
+            ERNIE_CHAT_DB=str(tmp / "chats.db"), ERNIE_USERS=f"{USER}:{PASSWORD}")
     up.engine_port = int(up.env["ERNIE_ENGINE_PORT"])
+    up.threads = {}  # served name -> a saved chat of that model
     up.settings = up.settings.model_copy(update={"models": up.env["ERNIE_MODELS"]})
     yield from serving(up)
 
@@ -93,9 +99,13 @@ def test_up_starts_two_and_the_third_sleeps(on_demand):
     assert "llm-demo-small.log yet: its model is asleep: started on demand" in doctor.stdout, doctor.stdout
 
 
-async def chat_with(up: Up, profile: str, prompt: str) -> tuple[SessionRecord, list[tuple[str, str]]]:
-    """A chat of ``profile`` that sends ``prompt``: its record and every message the app sent
-    (kind, text)."""
+async def chat_with(up: Up, profile: str, prompt: str, thread_id: str = "",
+                    when_open: Callable[[list], None] = lambda seen: None,
+                    ) -> tuple[SessionRecord, list[tuple[str, str]]]:
+    """A chat of ``profile`` (or the saved chat ``thread_id`` reopened) that sends ``prompt``:
+    its record and every message the app sent (kind, text); ``when_open`` sees those sent
+    before the prompt."""
+    cookie = await log_in(up.url, USER, {PASSWORD_ENV: PASSWORD})
     chat = ChatSession(SessionRecord(index=0, tag="", prompt=""), chat_profile=profile)
     seen = []
     handle = chat._on_event
@@ -105,7 +115,9 @@ async def chat_with(up: Up, profile: str, prompt: str) -> tuple[SessionRecord, l
             seen.append(((data.get("metadata") or {}).get("kind"), data.get("output") or ""))
         handle(event, data)
     chat.sio.on("*", on_event)
-    assert await chat.open(up.url), chat.record.error
+    assert await chat.open(up.url, headers={"Cookie": cookie}, thread_id=thread_id), chat.record.error
+    await asyncio.sleep(5)  # what the chat sends after it opens (a resume's notices come 1 s late)
+    when_open(list(seen))
     chat.next_turn(prompt)
     await asyncio.wait_for(chat.ask(), 400)
     await chat.close()
@@ -130,6 +142,7 @@ def test_a_chat_of_the_asleep_model_loads_it_and_the_least_recently_used_stops(o
     finally:
         done.set()
         user.join()
+    up.threads["demo-small"] = record.thread_id
     # Its welcome says the model is not loaded; nothing is asked of its engine before the message.
     assert ("welcome", "ℹ️ **demo-small** is not loaded now: it starts with your first message.") in seen
     assert ("model_loading", "⏳ Loading **demo-small** … (first start); the reply follows once it "
@@ -142,6 +155,11 @@ def test_a_chat_of_the_asleep_model_loads_it_and_the_least_recently_used_stops(o
     assert state(up, "demo-small")["state"] == "ready" and state(up, "demo-small")["load_s"] > 0
     assert any("[on demand] stopping demo: making room for demo-small" in line for line in up.lines)
     assert not any(line.startswith("[engine demo] exited") for line in up.lines), up.output()
+    # Warmed up as `up` warms the models it starts first.
+    started = up.wait_for(r"^\[on demand\] starting demo-small")
+    warmed = up.wait_for(r"^\[warm-up\] ", after=started, timeout_s=60)
+    print(f"demo-small woken: loaded in {state(up, 'demo-small')['load_s']} s, then {up.lines[warmed]}; "
+          f"the chat's reply came {record.total_s:.1f} s after its message")
 
 
 def test_idle_models_stop(on_demand):
@@ -155,14 +173,23 @@ def test_idle_models_stop(on_demand):
     assert up.proc.poll() is None and httpx.get(up.url, timeout=10).status_code == 200
 
 
-def test_a_model_loaded_before_says_how_long_that_took(on_demand):
+def test_a_saved_chat_reopened_while_its_model_sleeps_opens_and_its_message_wakes_it(on_demand):
     up = on_demand
     took = state(up, "demo-small")["load_s"]  # its start above, kept while it sleeps
-    record, seen = asyncio.run(chat_with(up, "demo-small", "hello again"))
+    used = model_wake.last_used(up.settings, "demo-small")
+
+    def asleep_and_unasked(seen: list) -> None:
+        assert not [shown for shown in seen if shown[0] == "error"], seen
+        assert state(up, "demo-small")["state"] == "asleep" and not vllms(up)
+        assert model_wake.last_used(up.settings, "demo-small") == used  # opening wakes nothing
+    record, seen = asyncio.run(chat_with(up, "", "hello again", thread_id=up.threads["demo-small"],
+                                         when_open=asleep_and_unasked))
+    assert record.resumed, record
     assert ("model_loading", f"⏳ Loading **demo-small** … (took {took:.0f} s last time); the reply "
             "follows once it is loaded.") in seen, seen
     assert record.final and not record.error, (record, up.output())
     assert state(up, "demo-small")["state"] == "ready"
+    assert vllms(up) == {"demo-small"}
 
 
 def test_sigterm_leaves_no_vllm(on_demand):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from server.plan.model_config import load_shape
 from server.settings import SettingsError, load_settings
 from server.settings.model_list import parse_models
 from server.stack import on_demand
+from server.stack.engine_tier import EngineTier
 from tests.test_plan_models import ERNIE, GIB, gpu
 
 pytestmark = pytest.mark.usefixtures("clean_env")
@@ -113,6 +115,16 @@ def test_each_model_has_its_state_and_its_load_time_survives_a_stop(tmp_path):
     assert engine_state.read_state(settings, "b")["load_s"] == 41.0
     assert json.loads((tmp_path / "engine-state.json").read_text())["state"] == "restarting"
     assert engine_state.may_come_back({"state": "asleep"}, 600)
+
+
+def test_a_crash_restart_records_its_own_load_time(tmp_path):
+    settings = models_settings(tmp_path)
+    tier = EngineTier(settings, (), "cpu", tmp_path, tmp_path / "llm-b.log", out=lambda line: None, model="b")
+    engine_state.write_state(settings, "ready", "b", load_s=41.0)  # the start before the crash
+    tier.start = lambda engine, already_started=False: time.sleep(0.3)  # vLLM loading again
+    tier.restart(object())
+    state = engine_state.read_state(settings, "b")
+    assert state["state"] == "ready" and 0.3 <= state["load_s"] < 5, state
 
 
 def test_a_use_is_the_files_mtime_and_only_the_owner_reads_it(tmp_path):

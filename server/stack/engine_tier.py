@@ -219,8 +219,13 @@ class EngineTier:
                 engine.proc.start()
         for engine in self.engines:
             self.start_or_stop_all(engine, already_started=self.together)
-        self.state("ready", load_s=round(time.monotonic() - began, 1))
+        self.ready_since(began)
         return self.info
+
+    def ready_since(self, began: float) -> None:
+        """Ready, after a start that began at ``began`` (time.monotonic()): the chat's "took N s
+        last time" is this start's."""
+        self.state("ready", load_s=round(time.monotonic() - began, 1))
 
     def start_or_stop_all(self, engine: EngineProcess, already_started: bool = False) -> None:
         """``start``, and on failure the whole tier stops and the chat is told it failed."""
@@ -265,9 +270,10 @@ class EngineTier:
         return None
 
     def restart(self, engine: EngineProcess) -> None:
+        began = time.monotonic()
         self.state("starting")
         self.start_or_stop_all(engine)
-        self.state("ready")
+        self.ready_since(began)
 
     def reconfigure(self, settings: Settings) -> list[EngineCommand]:
         """Each copy's command under new settings, checked like a start's (pre-flight); the

@@ -7,7 +7,8 @@ use newer than the model's stop wakes it.  To make room, the least recently used
 is not answering a request stops first; when every loaded model is busy the asked one waits,
 its state saying so.  With ERNIE_MODEL_IDLE_S a model with no request for that long stops
 too.  A model's last start time (``load_s``) stays in its state file: the chat says "took
-41 s last time".
+41 s last time".  A woken model is warmed up as `up` warms the models it starts first
+(server/stack/warmup.py).
 
 A model stopped on purpose stays *held* (``Stack.hold``), so the watch loop takes its stop
 for no crash.  The work runs in one thread that lives as long as `up`: a child's
@@ -24,6 +25,7 @@ import httpx
 
 from server.metrics import NoEngineStats, fetch_metrics
 from server.model_wake import last_used
+from server.stack import warmup
 from server.stack.engine_tier import EngineTier, StartupFailed
 
 # A model used this recently may have a reply on its way that its /metrics does not show yet.
@@ -182,3 +184,5 @@ class OnDemand:
         self.ready_at[name] = time.time()
         self.stack.release(tier.engines[0].label)
         tier.report()
+        if warmup.wanted(self.stack.settings) and not self.stopping.is_set():
+            warmup.warm_tier(tier, self.out)

@@ -251,12 +251,11 @@ class Stack:
     def start_app(self) -> None:
         if self.apps is None:
             self.launch_app()
-        if self.settings.warmup and self.engines and self.settings.node_role == "head":
+        if warmup.wanted(self.settings) and self.engines:
             # The workers start meanwhile: the warm-up costs the user no time of its own.
             for tier in self.tiers:
-                if tier.running():  # not an asleep one
-                    warmup.run(tier.settings, [e.url for e in tier.engines], tier.info,
-                               self.topology.device, self.out)
+                if tier.running():  # not an asleep one: its wake warms it (server/stack/on_demand.py)
+                    warmup.warm_tier(tier, self.out)
         for worker in self.apps.workers:
             self.apps.wait(worker)
         if self.topology.balanced_app and not wait_until(

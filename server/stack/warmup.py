@@ -18,6 +18,10 @@ every first token 3.1 s late, all within 5 ms of each other; with bursts above 6
 warm-up, the next fresh machine's first 256 chats got TTFT p50 / p99 0.48 / 0.64 s
 (docs/notes.md, "The app's cost per chat").  On a GPU two bursts above 64 cover
 it.  The CPU build has no Triton; there the warm-up stays short.
+
+A model started on demand (server/stack/on_demand.py) is warmed up once it serves, the same
+way; the chat that woke it does not wait for that: its one request needs none of these
+kernels, the crowd after it does.
 """
 
 from __future__ import annotations
@@ -67,6 +71,17 @@ async def warm_copy(url: str, model: str, settings: Settings, sizes: tuple[int, 
             await asyncio.gather(*(one_chat(http, url, model, settings, sent + i) for i in range(size)))
             sent += size
     return sent
+
+
+def wanted(settings: Settings) -> bool:
+    """Whether `up` warms its engines: ERNIE_WARMUP, where the copies answer HTTP (not on a
+    headless node)."""
+    return settings.warmup and settings.node_role == "head"
+
+
+def warm_tier(tier, out: Callable[[str], None] = print) -> Optional[float]:
+    """``run`` on every copy of ``tier`` (server/stack/engine_tier.py's EngineTier), which serves."""
+    return run(tier.settings, [engine.url for engine in tier.engines], tier.info, tier.device, out)
 
 
 def run(settings: Settings, urls: list[str], info, device: str,
