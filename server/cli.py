@@ -125,18 +125,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return report.print_plan(args, load_settings())
 
 
-def with_generated_key(settings):
-    """The settings with the key `up` made for an exposed engine, where ERNIE_API_KEY is unset:
-    HAProxy asks for it on every path."""
-    from pydantic import SecretStr
-
-    from server.paths import GENERATED_ENGINE_KEY, ROOT
-    path = ROOT / GENERATED_ENGINE_KEY
-    if settings.api_key is not None or not path.exists():
-        return settings
-    return settings.model_copy(update={"api_key": SecretStr(path.read_text().strip())})
-
-
 def asleep_line(settings, served_name: str) -> Optional[str]:
     """What `status` and `doctor` say of a model started on demand and not loaded now."""
     from server.engine_state import read_state
@@ -153,12 +141,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     import httpx
 
+    from server.engine_key import engine_key
     from server.metrics import NoEngineStats, fetch_metrics
-    settings = with_generated_key(load_settings())
+    settings = load_settings()
     while True:
         for model in settings.served_models:  # with ERNIE_MODELS, each model's engine
             try:
-                line = fetch_metrics(model.base_url, settings.api_key_value).summary()
+                line = fetch_metrics(model.base_url, engine_key(settings, model.base_url).value).summary()
             except httpx.HTTPError as exc:
                 if settings.models and (asleep := asleep_line(settings, model.served_name)):
                     line = asleep
