@@ -211,6 +211,12 @@ def cmd_scrape_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ernie-chat", description="Self-hosted chat on vLLM: run, plan, diagnose.")
@@ -238,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--model", help="local folder or hub id (baidu/ERNIE-4.5-0.3B-PT works offline)")
     plan.add_argument("--models", metavar="LIST", help="several models on one GPU, "
                       "name[:max_model_len[:share]] comma-separated (default ERNIE_MODELS)")
+    plan.add_argument("--at-once", type=positive_int, metavar="N", help="with several models: how "
+                      "many run together, the others on demand (default ERNIE_MODELS_AT_ONCE, else all)")
     plan.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
     plan.add_argument("--gpu-memory-gib", type=float, help="plan for a GPU of this size (no GPU needed)")
     plan.add_argument("--gpu-memory-utilization", type=float)
