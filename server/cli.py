@@ -125,18 +125,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return report.print_plan(args, load_settings())
 
 
-def with_generated_key(settings):
-    """The settings with the key `up` made for an exposed engine, where ERNIE_API_KEY is unset:
-    HAProxy asks for it on every path."""
-    from pydantic import SecretStr
-
-    from server.paths import GENERATED_ENGINE_KEY, ROOT
-    path = ROOT / GENERATED_ENGINE_KEY
-    if settings.api_key is not None or not path.exists():
-        return settings
-    return settings.model_copy(update={"api_key": SecretStr(path.read_text().strip())})
-
-
 def asleep_line(settings, served_name: str) -> Optional[str]:
     """What `status` and `doctor` say of a model started on demand and not loaded now."""
     from server.engine_state import read_state
@@ -153,12 +141,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     import httpx
 
+    from server.engine_key import engine_key
     from server.metrics import NoEngineStats, fetch_metrics
-    settings = with_generated_key(load_settings())
+    settings = load_settings()
     while True:
         for model in settings.served_models:  # with ERNIE_MODELS, each model's engine
             try:
-                line = fetch_metrics(model.base_url, settings.api_key_value).summary()
+                line = fetch_metrics(model.base_url, engine_key(settings, model.base_url).value).summary()
             except httpx.HTTPError as exc:
                 if settings.models and (asleep := asleep_line(settings, model.served_name)):
                     line = asleep
@@ -222,6 +211,12 @@ def cmd_scrape_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ernie-chat", description="Self-hosted chat on vLLM: run, plan, diagnose.")
@@ -249,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--model", help="local folder or hub id (baidu/ERNIE-4.5-0.3B-PT works offline)")
     plan.add_argument("--models", metavar="LIST", help="several models on one GPU, "
                       "name[:max_model_len[:share]] comma-separated (default ERNIE_MODELS)")
+    plan.add_argument("--at-once", type=positive_int, metavar="N", help="with several models: how "
+                      "many run together, the others on demand (default ERNIE_MODELS_AT_ONCE, else all)")
     plan.add_argument("--device", choices=["cuda", "cpu"], help="default: this machine's")
     plan.add_argument("--gpu-memory-gib", type=float, help="plan for a GPU of this size (no GPU needed)")
     plan.add_argument("--gpu-memory-utilization", type=float)

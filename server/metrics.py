@@ -159,5 +159,7 @@ if __name__ == "__main__":
     import sys
     import time
 
+    from server.engine_key import engine_key
+    stats = fetch_metrics(sys.argv[1], engine_key(load_settings(), sys.argv[1]).value)
     print(json.dumps({"run": sys.argv[2] if len(sys.argv) > 2 else "", "time": time.time(),
-                      **dataclasses.asdict(fetch_metrics(sys.argv[1], load_settings().api_key_value))}))
+                      **dataclasses.asdict(stats)}))

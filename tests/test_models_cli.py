@@ -114,7 +114,8 @@ def test_a_set_too_big_for_the_cpu_is_refused_with_the_figures():
     _, problems = models.fit(several(), entries, DeviceMemory("cpu", "RAM", 8 * GIB, int(1.5 * GIB)))
     assert problems == ["The models' KV pools add up to 2.00 GiB, but only 1.50 GiB of memory are "
                         "free: short by 0.50 GiB. Serve fewer models (or fewer at once: "
-                        "ERNIE_MODELS_AT_ONCE=N starts the others on demand), or stop other programs."]
+                        "ERNIE_MODELS_AT_ONCE=N starts the others on demand; `ernie-chat plan "
+                        "--at-once N` shows that plan), or stop other programs."]
     _, problems = models.fit(several(), [(ModelEntry(ERNIE, 10**6), shape)], DeviceMemory(
         "cpu", "RAM", 8 * GIB, 8 * GIB))
     assert problems and problems[0].startswith(f"{ERNIE}: ") and "max_position_embeddings" in problems[0]

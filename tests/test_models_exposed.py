@@ -4,7 +4,8 @@ reached over the network address of this machine.
 
 What it must not allow: any path of either model but GET /health used without the API key, or
 either vLLM reachable around HAProxy. What must keep working: the chat on each model (the app
-reaches them through HAProxy with the key), `status` and `doctor`.
+reaches them through HAProxy with the key), `status` and `doctor`, the load tools (`bench`,
+`capacity --through engine`) with the key `up` made, and a Prometheus with `scrape-config`'s.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
 from tests.conftest import ROOT, metric
 from tests.stack_process import Up, descendants, serving
 from tests.test_exposed import KEY_FILE, command_line, network_address
+from tests.test_monitoring import Prometheus
 from tests.test_models_serve import free_ports
 from tests.test_scale import run
 
@@ -156,3 +158,52 @@ def test_status_and_doctor_cover_every_model(exposed_models):
     for served in MODELS:
         assert f"No known problem found in {up.settings.log_file.with_name(f'llm-{served}.log')}" \
             in doctor.stdout, doctor.stdout
+
+
+def cli(up: Up, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """The command line as a user on this machine runs it beside `up`: the same settings."""
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, env={**up.env, **env},
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_load_tools_send_the_generated_key_and_name_a_wrong_one(exposed_models, tmp_path):
+    up = exposed_models
+    assert "ERNIE_API_KEY" not in up.env
+    short = ["--num-prompts", "2", "--concurrency", "1", "--input-len", "8", "--output-len", "4",
+             "--warmup", "0", "--no-plots"]
+    for served in MODELS:  # each model's engine, reached at the network address `up` listens on
+        before = metric(f"http://127.0.0.1:{vllm_port(up, served)}", REQUESTS)
+        bench = cli(up, "bench", "--model", served, *short, "--out", str(tmp_path / served))
+        assert bench.returncode == 0, bench.stdout + bench.stderr
+        assert metric(f"http://127.0.0.1:{vllm_port(up, served)}", REQUESTS) >= before + 2
+    wrong = cli(up, "bench", "--api-key", "sk-wrong-key", *short, "--out", str(tmp_path / "wrong"))
+    assert wrong.returncode != 0
+    assert "refused the API key sent (HTTP 401); the key was --api-key" in wrong.stderr, wrong.stderr
+    assert "sk-wrong-key" not in wrong.stdout + wrong.stderr                  # named, never printed
+    step = ["--through", "engine", "--model", MODELS[1], "--start-users", "1", "--max-users", "1",
+            "--step-s", "6", "--ramp-s", "0.5", "--think-s", "0.2", "--output-len", "4",
+            "--objective-ttft-p99-ms", "60000", "--objective-tokens-per-s", "0.1"]
+    # Every reply --output-len long (no early EOS), so that each one has a decode rate.
+    capacity = cli(up, "capacity", *step, "--out", str(tmp_path / "capacity"), ERNIE_IGNORE_EOS="true")
+    assert capacity.returncode == 0, capacity.stdout + capacity.stderr
+    refused = cli(up, "capacity", *step, "--api-key", "sk-wrong-key", "--out", str(tmp_path / "refused"))
+    assert refused.returncode != 0 and "the key was --api-key" in refused.stderr, refused.stderr
+
+
+def test_prometheus_scrapes_each_models_engine_with_the_scrape_config(exposed_models, tmp_path):
+    up = exposed_models
+    printed = cli(up, "scrape-config")
+    assert printed.returncode == 0, printed.stderr
+    assert str(KEY_FILE) in printed.stdout                       # the generated key, by its file
+    prometheus = Prometheus(tmp_path, printed.stdout.replace("scrape_interval: 15s", "scrape_interval: 1s"))
+    try:
+        def every_model_up() -> bool:
+            found = prometheus.query('up{job="ernie-chat-vllm"}')["result"]
+            return {series["metric"]["model"]: series["value"][1] for series in found} \
+                == {served: "1" for served in MODELS}
+        prometheus.wait_for(every_model_up, "scraping every model's engine")
+        for served in MODELS:  # each target is its own model's vLLM
+            assert prometheus.value(f'sum(vllm:num_requests_running{{model="{served}", '
+                                    f'model_name="{served}"}})') is not None, served
+    finally:
+        prometheus.stop()

@@ -109,6 +109,21 @@ def test_the_scrape_config_points_at_both_endpoints_with_token_files_not_tokens(
     assert "authorization" not in scrape_config.render_for(load_settings(), tmp_path)
 
 
+@pytest.mark.usefixtures("clean_env")
+def test_the_scrape_config_lists_every_models_engine_labelled_with_its_served_name(tmp_path):
+    settings = load_settings(models="baidu/ERNIE-4.5-0.3B-PT,demo-small", engine_port=8200,
+                             kv_cache_gib=None, engine_host="0.0.0.0")
+    text = scrape_config.render_for(settings, tmp_path)
+    vllm = text[text.index("job_name: ernie-chat-vllm"):]
+    assert vllm.count("- targets:") == 2
+    assert ('- targets: ["127.0.0.1:8200"]\n        labels:\n          model: "ERNIE-4.5-0.3B-PT"\n'
+            '      - targets: ["127.0.0.1:8201"]\n        labels:\n          model: "demo-small"\n') in vllm
+    # One model alone: its one target, labelled with its served name all the same.
+    alone = scrape_config.render_for(load_settings(engine_port=8123), tmp_path)
+    assert alone.count("- targets:") == 2  # the app's and the engine's
+    assert f'"127.0.0.1:8123"]\n        labels:\n          model: "{load_settings().served_model_name}"' in alone
+
+
 def test_a_taken_metrics_port_stops_up_before_anything_starts_and_says_which(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -319,3 +319,25 @@ def test_cli_table_and_exit_status(big):
     result = json.loads(refused.stdout)
     assert [m["model"] for m in result["models"]] == [ERNIE, big]
     assert "short by" in result["problems"][0]
+
+
+def test_at_once_flag_changes_the_split_and_the_refusal(big):
+    """`plan --at-once N` plans as ERNIE_MODELS_AT_ONCE=N would: a model given no share gets one
+    slot of the utilization instead of the rest beside the others, and the refusal follows."""
+    text = f"{ERNIE}:8192:0.5,{big}:32768"
+    together = json.loads(plan_cli("--gpu-memory-gib", "24", "--models", text, "--json").stdout)
+    assert together["at_once"] == 2 and together["models"][1]["share"] == pytest.approx(0.4, abs=1e-3)
+    assert "short by" in together["problems"][0] and "plan --at-once N" in together["problems"][0]
+    one = plan_cli("--gpu-memory-gib", "24", "--models", text, "--at-once", "1", "--json")
+    assert one.returncode == 0, one.stdout
+    alone = json.loads(one.stdout)
+    assert alone["at_once"] == 1 and [m["share"] for m in alone["models"]] == [0.5, 0.9]
+    assert alone["problems"] == []
+    table = plan_cli("--gpu-memory-gib", "24", "--models", text, "--at-once", "1").stdout
+    assert "1 at once, the others on demand" in table
+    too_many = json.loads(plan_cli("--gpu-memory-gib", "24", "--models", text, "--at-once", "3", "--json").stdout)
+    assert "ERNIE_MODELS_AT_ONCE=3 is more than the 2 models" in too_many["problems"][0]
+    for bad in ("0", "-1", "two"):
+        assert plan_cli("--models", text, "--at-once", bad).returncode == 2, bad
+    single = plan_cli("--gpu-memory-gib", "24", "--model", ERNIE, "--at-once", "1")
+    assert single.returncode != 0 and "--at-once is how many of several models" in single.stderr

@@ -26,7 +26,8 @@ from server.settings.model_list import ModelEntry, models_problems, on_demand_sh
 
 GIB = kp.GIB
 # The fix every refusal of a set offers beside its own: fewer models at once, the rest on demand.
-FEWER = "(or fewer at once: ERNIE_MODELS_AT_ONCE=N starts the others on demand)"
+FEWER = ("(or fewer at once: ERNIE_MODELS_AT_ONCE=N starts the others on demand; "
+         "`ernie-chat plan --at-once N` shows that plan)")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ def with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
         "enforce_eager": args.enforce_eager or None,
         "engine_copies": args.engine_copies,
         "models": models,
+        "models_at_once": args.at_once,
     }.items() if v is not None}
     return settings.model_copy(update=overrides)
 
@@ -54,6 +55,9 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
     settings = with_flags(args, settings)
     if settings.models:
         return build_models(args, settings)
+    if args.at_once is not None:
+        raise BadInput("--at-once is how many of several models run together: give them with "
+                       "--models (or ERNIE_MODELS), not --model.")
     copies = settings.engine_copies
     # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
     settings = preflight.per_copy_settings(settings, copies)

@@ -1,12 +1,13 @@
 """Prometheus's scrape configuration for this stack, from the repository's template.
 
 ``server/stack/monitoring/prometheus.yml`` is the one template; this fills in where the app's
-and vLLM's /metrics listen and how Prometheus proves who it is. Secrets never go into the
+and every model's vLLM's /metrics listen and how Prometheus proves who it is. Secrets never go into the
 text: an endpoint that asks for a bearer token gets a ``credentials_file`` to read it from.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from string import Template
 from typing import Optional
@@ -33,6 +34,14 @@ def host_port(url: str) -> str:
     return urlsplit(url).netloc
 
 
+def engine_targets(settings: Settings) -> str:
+    """Every model's engine (ERNIE_MODELS, or ERNIE_MODEL alone), each a target labelled
+    ``model`` with its served name, so that a query can tell the models apart."""
+    return "\n".join(f'      - targets: ["{host_port(model.base_url)}"]\n'
+                     f'        labels:\n          model: {json.dumps(model.served_name)}'
+                     for model in settings.served_models)
+
+
 def engine_key_file(settings: Settings, root: Path = ROOT) -> Optional[Path]:
     """The file holding the engine's key: ``up`` saves a generated one in .cache; one set in
     ERNIE_API_KEY must be copied to ENGINE_KEY_FILE by whoever runs Prometheus."""
@@ -50,7 +59,7 @@ def render(settings: Settings, interval_s: int = 15, engine_key: Optional[Path] 
         interval=f"{interval_s}s",
         app_target=host_port(client_url(settings.metrics_host, settings.metrics_port)),
         app_auth=auth_block(app_token),
-        engine_target=host_port(settings.engine_base_url),
+        engine_targets=engine_targets(settings),
         engine_auth=auth_block(engine_key))
 
 

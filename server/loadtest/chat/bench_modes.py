@@ -61,4 +61,4 @@ def cmd_app_modes(engine_bench: Callable[[argparse.Namespace], int], args: argpa
         variants.append(cost.Variant("baseline", args.baseline_root.resolve(),
                                      cost.parse_env(args.baseline_env)))
     return cost.run(cfg.url, cfg.concurrencies, cfg.load.output_len, args.repetitions,
-                    variants, out_dir, args.profile)
+                    variants, out_dir, args.profile, cfg.api_key)

@@ -118,17 +118,19 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 class ProfiledApp:
     """One Chainlit worker of the checkout ``root``, started by the stack's own app tier
-    against ``engine_url`` (no balancer: the figures are the app's alone)."""
+    against ``engine_url`` (no balancer: the figures are the app's alone), sending it
+    ``api_key`` where one is given (else ERNIE_API_KEY's)."""
 
     def __init__(self, engine_url: str, output_len: int, root: Path, env: dict[str, str],
-                 out_dir: Path):
+                 out_dir: Path, api_key: Optional[str] = None):
         from server.settings import load_settings
         from server.stack.app_tier import AppTier
         from server.stack.processes import free_port
         self.settings = load_settings(engine_url=engine_url, ignore_eos=True, max_tokens=output_len,
                                       app_port=free_port(), app_workers=1,
                                       log_file=out_dir / "llm.log",
-                                      usage_log=out_dir / "usage.jsonl", chat_db=None)
+                                      usage_log=out_dir / "usage.jsonl", chat_db=None,
+                                      **({"api_key": api_key} if api_key else {}))
         s = self.settings
         self.tier = AppTier(s, s.app_host, (s.app_port,), s.engine_base_url, root,
                             out_dir / "llm.log")
@@ -224,7 +226,7 @@ def ratios(runs: dict[str, list[CostRun]], measured: str, baseline: str) -> dict
 
 
 def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: int,
-        variants: list[Variant], out_dir: Path, profile: bool) -> int:
+        variants: list[Variant], out_dir: Path, profile: bool, api_key: Optional[str] = None) -> int:
     """Measure each variant (the first is the one asked for, a second the baseline)."""
     if repetitions < 1 or output_len < 1:
         raise BenchError("--repetitions and --output-len must be at least 1.")
@@ -232,7 +234,7 @@ def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: 
     runs: dict[str, list[CostRun]] = {v.label: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="app-cost-") as logs, ExitStack() as stack:
         apps = {v.label: stack.enter_context(ProfiledApp(engine_url, output_len, v.root, v.env,
-                                                         Path(logs) / str(i)))
+                                                         Path(logs) / str(i), api_key))
                 for i, v in enumerate(variants)}
         for app in apps.values():
             asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), WARMUP_SESSIONS, RUN_TIMEOUT_S))

@@ -37,6 +37,7 @@ class Load:
 class BenchConfig:
     url: str
     api_key: Optional[str] = None
+    api_key_from: str = ""  # where the key came from (server/engine_key.py), for a refusal's message
     model: Optional[str] = None  # served model name; None: the server's first model
     concurrencies: tuple[int, ...] = (4,)
     load: Load = field(default_factory=Load)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.engine_key import EngineKey, engine_key, own_engine
 from server.errors import LoadTestError
 from server.loadtest.lib.client_processes import MAX_PROCESSES
 from server.loadtest.lib.config import BenchConfig, BenchError, Load
@@ -68,7 +69,7 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, settings, url: str, model: Optional[str] = None,
-                     api_key: Optional[str] = None) -> BenchConfig:
+                     key: Optional[EngineKey] = None) -> BenchConfig:
     from_usage = None
     if args.from_usage is not None:
         from_usage = Path(args.from_usage) if args.from_usage else settings.usage_log
@@ -84,7 +85,8 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         raise BenchError(f"--processes {args.processes} is more than --concurrency {min(args.concurrency)}: "
                          "each client process needs at least one request in flight.")
     return BenchConfig(
-        url=url.rstrip("/").removesuffix("/v1"), api_key=api_key, model=model,
+        url=url.rstrip("/").removesuffix("/v1"), api_key=key.value if key else None,
+        api_key_from=key.source if key else "", model=model,
         concurrencies=args.concurrency,
         load=Load(args.num_prompts, args.input_len, args.output_len, args.range_ratio,
                   from_usage, args.seed),
@@ -129,8 +131,9 @@ def engine_config(args: argparse.Namespace):
     else:
         served = served_model(settings, args.model)
         url, model = served.base_url, served.served_name if args.model else None
-    check_target(url, explicit=bool(args.url))
-    return settings, config_from_args(args, settings, url, model, args.api_key or settings.api_key_value)
+    # An engine `up` starts here is on this machine, whatever address it listens on.
+    check_target(url, explicit=bool(args.url) or own_engine(settings, url))
+    return settings, config_from_args(args, settings, url, model, engine_key(settings, url, args.api_key))
 
 
 def results_folder(out: Optional[Path], prefix: str = "") -> Path:

@@ -49,6 +49,10 @@ async def served_model(http: httpx.AsyncClient, cfg: BenchConfig) -> tuple[str, 
     except httpx.HTTPError as exc:
         raise BenchError(f"No server answers at {cfg.url} ({type(exc).__name__}: {exc}). "
                          "Start it (./scripts/up) or pass --url.") from None
+    if response.status_code == 401:
+        raise BenchError(f"{cfg.url} refused the API key sent (HTTP 401); the key was "
+                         f"{cfg.api_key_from or ('given' if cfg.api_key else 'none')}. Pass the "
+                         "engine's key with --api-key or ERNIE_API_KEY.")
     if response.status_code != 200:
         raise BenchError(f"{cfg.url}/v1/models answered HTTP {response.status_code}: "
                          f"{error_message(response.content)}")

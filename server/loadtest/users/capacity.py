@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from server.engine_key import engine_key
 from server.errors import LoadTestError
 from server.loadtest.lib.chat_socket import read_prompts
 from server.loadtest.lib.load_args import add_model_argument, chat_profile, results_folder, served_model
@@ -181,6 +182,8 @@ def add_parser(sub) -> None:
     cap.add_argument("--through", choices=PATHS, default="app",
                      help="the app's websocket (as browsers) or the engine's OpenAI API directly")
     cap.add_argument("--url", help="default: the app or the engine of the settings")
+    cap.add_argument("--api-key", help="--through engine: default ERNIE_API_KEY, else the key "
+                     "`up` generated for an exposed engine")
     add_model_argument(cap, "--through app: the chat profile each chat opens with (the app's "
                        "model picker); --through engine: that model's engine")
     cap.add_argument("--objective-ttft-p99-ms", type=float, default=1000.0)
@@ -215,10 +218,12 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     settings = load_settings()
     app = args.through == "app"
     url = args.url or (settings.app_url if app else served_model(settings, args.model).base_url)
-    target = Target(args.through, url.rstrip("/").removesuffix("/v1"), settings.api_key_value,
+    key = engine_key(settings, url, args.api_key)
+    target = Target(args.through, url.rstrip("/").removesuffix("/v1"), key.value,
                     settings.system_prompt, args.output_len or settings.max_tokens,
                     settings.ignore_eos, settings.temperature, settings.top_p,
-                    chat_profile=chat_profile(settings, args.model) if app else "")
+                    chat_profile=chat_profile(settings, args.model) if app else "",
+                    api_key_from=key.source)
     base = UserModel(users=1, turns=0, think_s=args.think_s, ramp_s=args.ramp_s,
                      window_s=args.ramp_s + args.step_s, reply_timeout_s=args.reply_timeout_s,
                      seed=args.seed)

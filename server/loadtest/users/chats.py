@@ -159,6 +159,7 @@ class Target:
     # without login count by address.
     own_addresses: bool = False
     chat_profile: str = ""       # the app's model (qa-load/capacity --model, ERNIE_MODELS)
+    api_key_from: str = ""       # where the key came from (server/engine_key.py)
 
     def sampling(self) -> dict:
         """What a direct chat sends besides the messages, as the app would."""
@@ -176,7 +177,7 @@ async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int,
                                           target.chat_profile)
     if target.through != "engine":
         raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
-    cfg = BenchConfig(url=target.url, api_key=target.api_key)
+    cfg = BenchConfig(url=target.url, api_key=target.api_key, api_key_from=target.api_key_from)
     async with httpx.AsyncClient(timeout=10.0) as http:
         model, _ = await served_model(http, cfg)
     return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
