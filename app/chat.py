@@ -241,20 +241,20 @@ async def on_message(message: cl.Message) -> None:
         await show_error(text(lang(), "empty"), "empty")
         return
     message.content = clean_text(message.content)  # a command's text too
-    if await commands.run(message.content):
+    if await commands.run(message.content, lambda typed: with_attachments(message, typed)):
         return
     if not await admitted():
         return
-    user_text = await with_attachments(message)
+    user_text = await with_attachments(message, message.content)
     if user_text is not None:
         await answer(message.id, user_text, "too_long_files" if message.elements else "too_long")
 
 
-async def with_attachments(message: cl.Message) -> Optional[str]:
-    """The message as the model gets it, with its files' text; None when a file is refused."""
+async def with_attachments(message: cl.Message, typed: str) -> Optional[str]:
+    """``typed`` as the model gets it, with the message's files' text; None when a file is refused."""
     files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
     if not files:
-        return message.content
+        return typed
     attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
                                              UPLOADS.max_files, PDF_LIMITS)
     if refused:
@@ -263,7 +263,7 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     for attachment in attached:
         if attachment.decoded_from_legacy:
             await notice(text(lang(), "file_decoded", name=attachment.name, encoding=attachment.encoding))
-    return clean_text(prompt_with(message.content, attached))
+    return clean_text(prompt_with(typed, attached))
 
 
 async def answer(message_id: str, user_text: str, too_long: str = "too_long",

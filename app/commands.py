@@ -5,6 +5,8 @@ model's history."""
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable, Optional
+
 import chainlit as cl
 from chainlit.data import get_data_layer
 
@@ -20,8 +22,9 @@ COMPARE_COMMAND = "/compare"
 SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
 
 
-async def run(content: str) -> bool:
-    """Carry out the command ``content`` is; False when it is none, for the model to answer."""
+async def run(content: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> bool:
+    """Carry out the command ``content`` is; False when it is none, for the model to answer.
+    ``with_files``: a text with the message's attached files' text (None when one is refused)."""
     typed = content.strip()
     if typed == STATUS_COMMAND:
         await show_status()
@@ -30,7 +33,7 @@ async def run(content: str) -> bool:
     elif typed in (SHARE_COMMAND, UNSHARE_COMMAND):
         await share_chat(typed == SHARE_COMMAND)
     elif (question := compare.question_of(content, COMPARE_COMMAND)) is not None:
-        await compare_models(question)
+        await compare_models(question, with_files)
     else:
         return False
     return True
@@ -49,15 +52,16 @@ async def show_status() -> None:
     await notice(f"**{url}** — {metrics.summary()}", "status")
 
 
-async def compare_models(question: str) -> None:
-    """``/compare``: the question to every served model at once, side by side (app/compare.py);
-    one message for the user's limits, each model's tokens on their day."""
+async def compare_models(question: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> None:
+    """``/compare``: the question, with the files attached to it, to every served model at once,
+    side by side (app/compare.py); one message for the user's limits, each model's tokens on
+    their day."""
     if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
         await notice(refused, "compare_refused")
-    elif await admitted():
+    elif await admitted() and (asked := await with_files(question)) is not None:
         await compare.run(question, compare.Job(
             ENGINES.all, HTTP, SETTINGS, cl.user_session.get("params"), lang(), COMPARE_COMMAND,
-            spend_tokens, login_name(), cl.user_session.get("asked_at")))
+            spend_tokens, login_name(), cl.user_session.get("asked_at")), asked)
 
 
 async def send_export() -> None:
