@@ -3,7 +3,9 @@
 Run by the supervisor as ``python -m app.serve run app/chat.py --headless`` (Chainlit's
 CLI without nest_asyncio: app/serve.py).  The handlers stay thin: streaming, history
 fitting, texts, personas, the settings panel, saved chats, attached files, export and
-Regenerate with the earlier versions it keeps live in their own modules.
+Regenerate with the earlier versions it keeps live in their own modules; what every chat of
+the worker shares in app/worker.py, the chat's notices and errors in app/notices.py, the
+limits in app/admission.py and the typed commands (/status, /compare ...) in app/commands.py.
 
 Only real exchanges enter the model's history (:class:`Conversation`).  Every
 other message the chat shows (welcome, notices, errors, figures) is marked
@@ -13,7 +15,6 @@ other message the chat shows (welcome, notices, errors, figures) is marked
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from contextlib import aclosing
 from dataclasses import replace
@@ -21,59 +22,37 @@ from pathlib import Path
 from typing import Optional
 
 import chainlit as cl
-import httpx
 from chainlit.config import config as chainlit_config
-from chainlit.data import get_data_layer
 
 import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 from app import engine_client as ec
-from app import (admin_page, auth_sessions, boot_cookie, chat_search, compare, drain, export, failover, files_dir,
-                 in_flight, live_chats, live_view, login, metrics, model_choice, oidc, origins, page_policy,
-                 regenerate, saved_chats, served_files, server_info, session_guard, session_tasks, share_links,
-                 share_page, share_qr, switcher, token_count, upload_check, upload_limit)
+from app import (admin_page, auth_sessions, boot_cookie, chat_search, commands, drain, export, failover,
+                 files_dir, in_flight, live_chats, live_view, login, metrics, model_choice, oidc, origins,
+                 page_policy, regenerate, saved_chats, served_files, server_info, session_guard, session_tasks,
+                 share_page, switcher, token_count, upload_check, upload_limit)
+from app.admission import admitted, spend_tokens
 from app.attachments import prompt_with, read_files
-from app.busy import BusyGauge
 from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, restored,
                                sampling_extra)
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
 from app.live_stats import LIVE
 from app.math_text import DisplayStream, display_text
+from app.notices import lang, login_name, notice, notice_after, say_error, say_waiting, show_error
 from app.pdf_reader import PdfLimits
 from app.personas import persona
 from app.prompt_budget import PromptBudget
-from app.texts import FIGURES_MARK, duration, figures_line, lang_of, refusal, text
+from app.texts import FIGURES_MARK, figures_line, lang_of, refusal, text
 from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
-from app.user_limits import Limits, UserLimits, user_key
+from app.worker import ENGINES, HTTP, SETTINGS
 from server import chat_db
-from server.auth_store import open_store
 from server.demo_stamp import is_demo_model
 from server.engine_state import may_come_back
-from server.settings import auth_headers, load_settings
-from server.usage_log import append_error, append_usage
+from server.usage_log import append_usage
 
-SETTINGS = load_settings()
-# httpx logs one INFO line per request (every reply, every count): a log line per message
-# at a crowd's rates that says nothing the engine's log does not.
-for _client_log in ("httpx", "httpx2"):
-    logging.getLogger(_client_log).setLevel(logging.WARNING)
-# The key on every request, not only /v1: an exposed engine's HAProxy asks for it on
-# /tokenize and /metrics too (server/stack/balancer.py).
-HTTP = httpx.AsyncClient(timeout=httpx.Timeout(SETTINGS.request_timeout_s, connect=5.0),
-                         limits=httpx.Limits(max_connections=None, keepalive_expiry=SETTINGS.app_keepalive_s),
-                         headers=auth_headers(SETTINGS.api_key_value))
-# One client per served model for every chat: building one costs ~25 ms of CPU, which stalls
-# the event loop when many chats open at once (found by `ernie-chat qa-load`).
-ENGINES = model_choice.Engines(SETTINGS, ec.make_client, lambda view: (
-    BusyGauge(view.busy_queue, lambda: server_info.read_metrics(HTTP, view.engine_base_url))
-    if view.busy_queue is not None else None))
 drain.install()
 admin_page.install(SETTINGS)
 live_view.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
-STATUS_COMMAND = "/status"
 RESUME_NOTICE_DELAY_S = 1.0
-EXPORT_COMMAND = "/export"
-COMPARE_COMMAND = "/compare"
-SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
 # Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
 # only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
 CHAINLIT_STOP_MESSAGE = "Task manually stopped."
@@ -99,22 +78,6 @@ LIVE_CHATS = None if SETTINGS.chat_db else live_chats.LiveChats(SETTINGS.live_ch
 if LIVE_CHATS is not None:
     LIVE_CHATS.sweep(chainlit_config.project.session_timeout)  # chats of dead workers that never came back
     live_chats.install(LIVE_CHATS)
-_LIMITS = Limits.from_settings(SETTINGS.user_messages_per_min, SETTINGS.user_tokens_per_day)
-# Counted in the store every worker shares (app/user_limits.py); None when no limit is set.
-LIMITS = UserLimits(open_store(SETTINGS.chat_db, SETTINGS.auth_db), _LIMITS) if _LIMITS.on else None
-
-
-def lang() -> str:
-    return lang_of(cl.context.session.language)
-
-
-async def notice(content: str, kind: str = "notice", **metadata) -> None:
-    await cl.Message(content=content, metadata={"kind": kind, **metadata}).send()
-
-
-async def notice_after(delay_s: float, content: str, kind: str) -> None:
-    await asyncio.sleep(delay_s)
-    await notice(content, kind)
 
 
 async def engine_model() -> tuple[str, int]:
@@ -129,45 +92,6 @@ async def engine_model() -> tuple[str, int]:
     cl.user_session.set("engine_model", (server.model, server.window))
     cl.user_session.set("is_demo", is_demo_model(server.root))
     return server.model, server.window
-
-
-def login_name() -> Optional[str]:
-    """Who chats, for the usage log; None with login off."""
-    user = cl.user_session.get("user")
-    return user.identifier if user is not None else None
-
-
-async def show_error(content: str, kind: str) -> None:
-    """``kind``: the text's key, counted per day on the admin page and in the app's metrics."""
-    append_error(SETTINGS.usage_log, kind, login_name())
-    metrics.error_shown(kind)
-    message = cl.ErrorMessage(content=content)
-    message.metadata = {"kind": "error"}  # ErrorMessage takes no metadata argument
-    await message.send()
-
-
-async def say_error(exc: BaseException, mid_reply: bool = False) -> None:
-    kind = ec.error_kind(exc)
-    if kind == "too_long":
-        kind = "server_too_long"  # only a server that cannot count lets this happen
-    elif kind in ("unreachable", "cut") and mid_reply:
-        kind = "interrupted"  # tokens had come, then the engine went and none came back in time
-    elif kind == "unreachable" and engine_restarting():
-        kind = "loading"  # the supervisor says vLLM is on its way back
-    cl.user_session.set("engine_model", None)  # the engine may come back with other figures
-    chosen = ENGINES.current()
-    chosen.server.forget()
-    await show_error(chosen.error_text(lang(), kind, exc), kind)
-
-
-def engine_restarting() -> bool:
-    return ENGINES.current().state().get("state") in ("starting", "restarting")
-
-
-async def say_waiting() -> None:
-    """A reply's engine stopped and no other took it at once: it goes on when one is back."""
-    await notice(text(lang(), "engine_restarting" if engine_restarting() else "engine_waiting",
-                      wait=SETTINGS.continue_wait_s))
 
 
 # --- chat set-up ---------------------------------------------------------------
@@ -316,64 +240,21 @@ async def on_message(message: cl.Message) -> None:
     if not message.content.strip() and not message.elements:
         await show_error(text(lang(), "empty"), "empty")
         return
-    if message.content.strip() == STATUS_COMMAND:
-        await show_status()
-        return
-    if message.content.strip() == EXPORT_COMMAND:
-        await send_export()
-        return
-    if message.content.strip() in (SHARE_COMMAND, UNSHARE_COMMAND):
-        await share_chat(message.content.strip() == SHARE_COMMAND)
-        return
-    if (question := compare.question_of(message.content, COMPARE_COMMAND)) is not None:
-        await compare_models(clean_text(question))
+    message.content = clean_text(message.content)  # a command's text too
+    if await commands.run(message.content, lambda typed: with_attachments(message, typed)):
         return
     if not await admitted():
         return
-    message.content = clean_text(message.content)
-    user_text = await with_attachments(message)
+    user_text = await with_attachments(message, message.content)
     if user_text is not None:
         await answer(message.id, user_text, "too_long_files" if message.elements else "too_long")
 
 
-def current_user() -> str:
-    """Whom the limits count: the login name, else the client's address (uvicorn takes it from
-    X-Forwarded-For only when the connection comes from the balancer, on 127.0.0.1)."""
-    scope = (cl.context.session.environ or {}).get("asgi.scope") or {}
-    return user_key(login_name(), (scope.get("client") or ("unknown",))[0])
-
-
-async def admitted() -> bool:
-    """Whether a new message is answered: not when the engine's queue is past its bound and
-    ERNIE_BUSY_ACTION is refuse, nor when its user is over a limit (then it counts nowhere)."""
-    gauge = ENGINES.current().busy
-    busy = await gauge.busy() if gauge is not None else None
-    when = duration(lang(), busy.wait_s) if busy else ""
-    if busy and SETTINGS.busy_action == "refuse":
-        await limit_hit("busy", text(lang(), "busy_refused", ahead=busy.ahead, when=when))
-        return False
-    if LIMITS is not None and (over := await LIMITS.admit(current_user())) is not None:
-        await limit_hit(over.limit, text(lang(), f"limit_{over.limit}", amount=f"{over.amount:,}",
-                                         when=duration(lang(), over.retry_after_s)))
-        return False
-    if busy:
-        await notice(text(lang(), "busy_wait", ahead=busy.ahead, when=when), "busy")
-    return True
-
-
-async def limit_hit(limit: str, content: str) -> None:
-    """Every refusal by a limit (``messages``, ``tokens``) or by a full queue (``busy``) passes
-    here, and only those: the place to count them."""
-    logging.getLogger(__name__).info("refused a message: %s", limit)
-    metrics.limit_hit(limit)
-    await notice(content, "limited" if limit != "busy" else "busy_refused")
-
-
-async def with_attachments(message: cl.Message) -> Optional[str]:
-    """The message as the model gets it, with its files' text; None when a file is refused."""
+async def with_attachments(message: cl.Message, typed: str) -> Optional[str]:
+    """``typed`` as the model gets it, with the message's files' text; None when a file is refused."""
     files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
     if not files:
-        return message.content
+        return typed
     attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
                                              UPLOADS.max_files, PDF_LIMITS)
     if refused:
@@ -382,7 +263,7 @@ async def with_attachments(message: cl.Message) -> Optional[str]:
     for attachment in attached:
         if attachment.decoded_from_legacy:
             await notice(text(lang(), "file_decoded", name=attachment.name, encoding=attachment.encoding))
-    return clean_text(prompt_with(message.content, attached))
+    return clean_text(prompt_with(typed, attached))
 
 
 async def answer(message_id: str, user_text: str, too_long: str = "too_long",
@@ -521,73 +402,9 @@ def reply_text(turn: Turn) -> str:
     return display_text(turn.assistant) + (FIGURES_MARK + line + "*" if line else "")
 
 
-async def spend_tokens(stats: ec.ReplyStats) -> None:
-    """A reply's tokens, as its figures line counts them (prompt plus reply), on its user's day."""
-    if LIMITS is not None and stats.prompt_tokens is not None:
-        await LIMITS.spend_tokens(current_user(), stats.prompt_tokens + (stats.completion_tokens or 0))
-
-
 def _counter(model: str):
     server: server_info.ServerInfo = cl.user_session.get("server")
     return token_count.counter(HTTP, server.url, model, server.counting, SETTINGS.api_key_value)
-
-
-async def show_status() -> None:
-    url = ENGINES.current().url
-    try:
-        metrics = await server_info.read_metrics(HTTP, url)
-    except Exception as exc:
-        await say_error(exc)
-        return
-    if metrics is None:
-        await notice(text(lang(), "no_metrics", url=url), "status")
-        return
-    await notice(f"**{url}** — {metrics.summary()}", "status")
-
-
-async def compare_models(question: str) -> None:
-    """``/compare``: the question to every served model at once, side by side (app/compare.py);
-    one message for the user's limits, each model's tokens on their day."""
-    if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
-        await notice(refused, "compare_refused")
-    elif await admitted():
-        await compare.run(question, compare.Job(
-            ENGINES.all, HTTP, SETTINGS, cl.user_session.get("params"), lang(), COMPARE_COMMAND,
-            spend_tokens, login_name(), cl.user_session.get("asked_at")))
-
-
-async def send_export() -> None:
-    model = (cl.user_session.get("engine_model") or (ENGINES.current().name,))[0]
-    await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
-
-
-async def share_chat(on: bool) -> None:
-    """``/share``: a read-only link to this chat, with its QR code; ``/unshare`` takes it back."""
-    layer = get_data_layer() if SETTINGS.chat_db is not None else None
-    user = cl.context.session.user
-    if layer is None or user is None:
-        await notice(text(lang(), "share_needs_db"))
-        return
-    thread_id = cl.context.session.thread_id
-    try:
-        if not on:
-            await notice(text(lang(), "unshared" if await share_links.unshare(layer, thread_id, user.identifier)
-                              else "unshare_none"))
-            return
-        origin = share_links.origin_for(SETTINGS.public_url,
-                                        (cl.context.session.environ or {}).get("HTTP_ORIGIN"),
-                                        SETTINGS.app_url)
-        share = await share_links.share(layer, thread_id, user.identifier, origin)
-    except share_links.NothingToShare:
-        await notice(text(lang(), "share_nothing"))
-        return
-    except share_links.NotOwner:
-        await show_error(text(lang(), "share_not_owner"), "share_not_owner")
-        return
-    link = share.link(SETTINGS.public_url)
-    qr = cl.Image(name="qr.png", content=share_qr.png(link), display="inline", size="small")
-    await cl.Message(content=text(lang(), "shared", link=link, live=f"{live_view.PAGE}?shared={share.token}"),
-                     elements=[qr], metadata={"kind": "share"}).send()
 
 
 @cl.on_stop

@@ -141,8 +141,11 @@ class Frames:
         await self._send()
 
 
-async def run(question: str, job: Job) -> None:
-    """Ask every model ``question`` at once and stream their replies side by side."""
+async def run(question: str, job: Job, asked: Optional[str] = None) -> None:
+    """Ask every model ``question`` at once and stream their replies side by side; ``asked``,
+    when files came with it, is what the models get: the question with the files' text, which
+    the comparison's title leaves out, as the chat shows a message's files as chips."""
+    asked = asked or question
     columns = [Column(engine.name) for engine in job.engines]
     element = cl.CustomElement(name=ELEMENT, props=props(columns), display="inline")
     message = cl.Message(content="", elements=[element], metadata={"kind": "compare"})
@@ -156,7 +159,7 @@ async def run(question: str, job: Job) -> None:
         await element.send(message.id)
     try:
         async with Frames(send, lambda: sum(len(column.text) for column in columns)) as frames:
-            await asyncio.gather(*(_column(engine, column, question, job, frames.changed)
+            await asyncio.gather(*(_column(engine, column, asked, job, frames.changed)
                                    for engine, column in zip(job.engines, columns)))
     finally:
         message.content = markdown(job.lang, job.command, question, columns)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 
+import httpx
 import pytest
 
 from app.texts import text
@@ -20,12 +21,13 @@ from tests.conftest import metric
 from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, browser, log_in, open_chat, page_factory, send)
+from tests.test_chat_features import send_with_files
 from tests.test_model_choice_stack import SMALL_WINDOW, long_text, requests_of, requests_when, serve_two_models
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
 REPLY_TOKENS = 48
-FIGURES = re.compile(rf"\d+ ms to first token · [\d.]+ tok/s · \d+ prompt \+ {REPLY_TOKENS} reply tokens")
+FIGURES = re.compile(rf"\d+ ms to first token · [\d.]+ tok/s · (\d+) prompt \+ {REPLY_TOKENS} reply tokens")
 COLUMN, NAME, BODY, NOTE, FIGURES_LINE = (".compare-column", ".compare-model", ".compare-text",
                                           ".compare-note", ".compare-figures")
 QUESTION = "Why is the sky blue, and why are sunsets red?"
@@ -87,6 +89,34 @@ def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reop
     shown = saved.inner_text()
     assert QUESTION in shown and all(name in shown for name in names), shown
     assert len(FIGURES.findall(shown)) == 2, shown
+
+
+def prompt_tokens(page, first_column: int, count: int) -> list[int]:
+    """The prompt tokens under each of ``count`` columns from ``first_column``, once all ended."""
+    page.locator(FIGURES_LINE).nth(first_column + count - 1).wait_for(timeout=120_000)
+    page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
+    return [int(FIGURES.search(page.locator(FIGURES_LINE).nth(first_column + i).inner_text()).group(1))
+            for i in range(count)]
+
+
+def test_a_file_attached_to_a_compare_reaches_every_model_and_the_title_leaves_it_out(
+        page_factory, compare_app):
+    """As with a message: each model's prompt grows by the file's text, counted by its own
+    tokenizer; the comparison's title shows only the typed question."""
+    app, urls, names = compare_app
+    page = page_factory(app.app_url)
+    log_in(page, "alice", "wonderland")
+    send(page, f"/compare {QUESTION}")
+    plain = prompt_tokens(page, 0, 2)
+    notes = "Meeting notes: the budget is approved and the launch is on Monday. " * 8
+    send_with_files(page, f"/compare {QUESTION}", [("notes.md", "text/markdown", notes.encode())])
+    with_file = prompt_tokens(page, 2, 2)
+    for url, name, before, after in zip(urls, names, plain, with_file):
+        counted = httpx.post(f"{url}/tokenize", json={"model": name, "prompt": notes}, timeout=30).json()["count"]
+        assert after - before >= counted, (name, before, after, counted)
+    shown = page.locator(ASSISTANT).all_text_contents()  # with the comparisons' hidden Markdown
+    titles = [t for t in shown if text("en", "compare_not_history") in t]
+    assert len(titles) == 2 and not any("budget is approved" in t for t in shown), shown
 
 
 def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_other_answers(

@@ -1,0 +1,98 @@
+"""The chat's commands, typed as a message: ``/status`` (the engine's KV use and queue),
+``/export`` (the chat as Markdown and JSON), ``/share`` and ``/unshare`` (a read-only link),
+``/compare <question>`` (every served model at once, side by side).  None of them enters the
+model's history."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, Optional
+
+import chainlit as cl
+from chainlit.data import get_data_layer
+
+from app import compare, export, live_view, server_info, share_links, share_qr
+from app.admission import admitted, spend_tokens
+from app.notices import lang, login_name, notice, say_error, show_error
+from app.texts import text
+from app.worker import ENGINES, HTTP, SETTINGS
+
+STATUS_COMMAND = "/status"
+EXPORT_COMMAND = "/export"
+COMPARE_COMMAND = "/compare"
+SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
+
+
+async def run(content: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> bool:
+    """Carry out the command ``content`` is; False when it is none, for the model to answer.
+    ``with_files``: a text with the message's attached files' text (None when one is refused)."""
+    typed = content.strip()
+    if typed == STATUS_COMMAND:
+        await show_status()
+    elif typed == EXPORT_COMMAND:
+        await send_export()
+    elif typed in (SHARE_COMMAND, UNSHARE_COMMAND):
+        await share_chat(typed == SHARE_COMMAND)
+    elif (question := compare.question_of(content, COMPARE_COMMAND)) is not None:
+        await compare_models(question, with_files)
+    else:
+        return False
+    return True
+
+
+async def show_status() -> None:
+    url = ENGINES.current().url
+    try:
+        metrics = await server_info.read_metrics(HTTP, url)
+    except Exception as exc:
+        await say_error(exc)
+        return
+    if metrics is None:
+        await notice(text(lang(), "no_metrics", url=url), "status")
+        return
+    await notice(f"**{url}** — {metrics.summary()}", "status")
+
+
+async def compare_models(question: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> None:
+    """``/compare``: the question, with the files attached to it, to every served model at once,
+    side by side (app/compare.py); one message for the user's limits, each model's tokens on
+    their day."""
+    if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
+        await notice(refused, "compare_refused")
+    elif await admitted() and (asked := await with_files(question)) is not None:
+        await compare.run(question, compare.Job(
+            ENGINES.all, HTTP, SETTINGS, cl.user_session.get("params"), lang(), COMPARE_COMMAND,
+            spend_tokens, login_name(), cl.user_session.get("asked_at")), asked)
+
+
+async def send_export() -> None:
+    model = (cl.user_session.get("engine_model") or (ENGINES.current().name,))[0]
+    await export.send(cl.user_session.get("conversation"), cl.user_session.get("params"), model, lang())
+
+
+async def share_chat(on: bool) -> None:
+    """``/share``: a read-only link to this chat, with its QR code; ``/unshare`` takes it back."""
+    layer = get_data_layer() if SETTINGS.chat_db is not None else None
+    user = cl.context.session.user
+    if layer is None or user is None:
+        await notice(text(lang(), "share_needs_db"))
+        return
+    thread_id = cl.context.session.thread_id
+    try:
+        if not on:
+            await notice(text(lang(), "unshared" if await share_links.unshare(layer, thread_id, user.identifier)
+                              else "unshare_none"))
+            return
+        origin = share_links.origin_for(SETTINGS.public_url,
+                                        (cl.context.session.environ or {}).get("HTTP_ORIGIN"),
+                                        SETTINGS.app_url)
+        share = await share_links.share(layer, thread_id, user.identifier, origin)
+    except share_links.NothingToShare:
+        await notice(text(lang(), "share_nothing"))
+        return
+    except share_links.NotOwner:
+        await show_error(text(lang(), "share_not_owner"), "share_not_owner")
+        return
+    link = share.link(SETTINGS.public_url)
+    qr = cl.Image(name="qr.png", content=share_qr.png(link), display="inline", size="small")
+    await cl.Message(content=text(lang(), "shared", link=link, live=f"{live_view.PAGE}?shared={share.token}"),
+                     elements=[qr], metadata={"kind": "share"}).send()
