@@ -147,15 +147,25 @@ def test_stop_ends_every_column_and_each_engines_request(page_factory, compare_a
     page.keyboard.press("End")  # the most the model's window allows: the replies run long
     page.get_by_role("button", name=re.compile("Confirm")).click()
 
-    send(page, "/compare Tell me a long story.")
-    page.wait_for_function(
-        "[...document.querySelectorAll('.compare-text')].filter(t => t.innerText.length > 20).length == 2",
-        timeout=120_000)
-    assert running_when_idle(urls, 0) == [1, 1], "both engines should be generating"
+    for _ in range(3):
+        send(page, "/compare Tell me a long story.")
+        page.wait_for_function(  # the latest comparison's two columns
+            "[...document.querySelectorAll('.compare-text')].slice(-2)"
+            ".filter(t => t.innerText.length > 20).length == 2", timeout=120_000)
+        if running_when_idle(urls, 0) == [1, 1]:
+            break
+        # On 2 busy cores the small model can write its whole reply (its window is 1,024
+        # tokens) before the other's first words show: nothing left to stop there. Again.
+        page.locator("#stop-button").evaluate("button => button.click()")
+        page.locator("#stop-button").wait_for(state="detached", timeout=60_000)
+    else:
+        raise AssertionError("both engines should be generating at once; they never were in 3 tries")
     page.locator("#stop-button").evaluate("button => button.click()")
     assert running_when_idle(urls, 3) == [0, 0], "an engine still generates 3 s after Stop"
-    page.locator(NOTE).nth(1).wait_for(timeout=30_000)
-    for column in page.locator(COLUMN).all():
+    columns = page.locator(COLUMN).all()[-2:]
+    for column in columns:
+        column.locator(NOTE).wait_for(timeout=30_000)
+    for column in columns:
         assert "Stopped" in column.locator(NOTE).inner_text()
         assert len(column.locator(BODY).inner_text()) > 20, "a stopped column lost its text"
         assert not column.locator(FIGURES_LINE).count(), "a column ran to its end: Stop did not stop it"
