@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from server.paths import GENERATED_ENGINE_KEY, ROOT
+from server.settings import api_root
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class EngineKey:
 
 def own_engine(settings, url: str) -> bool:
     """Whether ``url`` is an engine the settings start on this machine (one per model)."""
-    wanted = url.rstrip("/").removesuffix("/v1")
+    wanted = api_root(url)
     return settings.starts_engine and any(model.base_url == wanted for model in settings.served_models)
 
 

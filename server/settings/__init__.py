@@ -32,14 +32,14 @@ from server.settings.login import LoginSettings
 from server.settings.model import DEFAULT_MODEL, DEMO_MODEL, DEMO_SMALL_MODEL, ModelSettings
 from server.settings.monitoring import MonitoringSettings
 from server.settings.oidc import OidcSettings
-from server.settings.network import NetworkSettings, app_exposed, client_url, engine_exposed, is_loopback
+from server.settings.network import NetworkSettings, api_root, app_exposed, client_url, engine_exposed, is_loopback
 from server.settings.scale import ScaleSettings
 from server.settings.stream import StreamSettings
 from server.settings.text import ENV_PREFIX, env_name
 from server.settings.tls import TlsSettings
 
-__all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "DEMO_SMALL_MODEL", "Settings", "SettingsError", "app_exposed", "auth_headers",
-           "client_url", "engine_exposed", "env_example", "env_name", "is_loopback", "load_settings"]
+__all__ = ["DEFAULT_MODEL", "DEMO_MODEL", "DEMO_SMALL_MODEL", "Settings", "SettingsError", "api_root", "app_exposed",
+           "auth_headers", "client_url", "engine_exposed", "env_example", "env_name", "is_loopback", "load_settings"]
 
 # In the order .env.example lists them.
 GROUPS = (ModelSettings, EngineSettings, KvSettings, ScaleSettings, StreamSettings, ChatSettings,

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, SecretStr
 
-from server.settings.network import client_url
+from server.settings.network import api_root, client_url
 
 
 def checked_engine_url(value: Optional[str]) -> Optional[str]:
@@ -16,7 +16,7 @@ def checked_engine_url(value: Optional[str]) -> Optional[str]:
         return None
     if not value.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
-    return value.rstrip("/").removesuffix("/v1")
+    return api_root(value)
 
 
 def checked_index_url(value: str) -> str:

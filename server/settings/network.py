@@ -50,6 +50,11 @@ def client_url(host: str, port: int, https: bool = False) -> str:
     return f"{'https' if https else 'http'}://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
 
 
+def api_root(url: str) -> str:
+    """An OpenAI-compatible server's root, however its URL was written: no trailing slash, no /v1."""
+    return url.rstrip("/").removesuffix("/v1")
+
+
 def engine_exposed(s) -> bool:
     """vLLM started here on an address other machines reach: HAProxy guards it."""
     return s.engine_url is None and s.node_role == "head" and not is_loopback(s.engine_host)

@@ -17,6 +17,7 @@ from server.loadtest.lib.config import BenchConfig, BenchError, Load
 from server.loadtest.lib.stats import Slo
 from server.loadtest.lib.target import check_target
 from server.paths import RESULTS_DIR
+from server.settings import api_root
 from server.settings.model_list import ServedModel
 
 
@@ -85,7 +86,7 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         raise BenchError(f"--processes {args.processes} is more than --concurrency {min(args.concurrency)}: "
                          "each client process needs at least one request in flight.")
     return BenchConfig(
-        url=url.rstrip("/").removesuffix("/v1"), api_key=key.value if key else None,
+        url=api_root(url), api_key=key.value if key else None,
         api_key_from=key.source if key else "", model=model,
         concurrencies=args.concurrency,
         load=Load(args.num_prompts, args.input_len, args.output_len, args.range_ratio,

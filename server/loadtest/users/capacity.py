@@ -214,12 +214,12 @@ def add_parser(sub) -> None:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from server.settings import load_settings
+    from server.settings import api_root, load_settings
     settings = load_settings()
     app = args.through == "app"
     url = args.url or (settings.app_url if app else served_model(settings, args.model).base_url)
     key = engine_key(settings, url, args.api_key)
-    target = Target(args.through, url.rstrip("/").removesuffix("/v1"), key.value,
+    target = Target(args.through, api_root(url), key.value,
                     settings.system_prompt, args.output_len or settings.max_tokens,
                     settings.ignore_eos, settings.temperature, settings.top_p,
                     chat_profile=chat_profile(settings, args.model) if app else "",
