@@ -215,12 +215,17 @@ def test_chinese_ui_and_welcome(page_factory, chat_app):
     assert "首字" in ask(page, "你好")
 
 
-def reopen(page, title: str) -> None:
-    """Start a new chat, then open the saved one called ``title`` from the history."""
+def new_chat(page) -> None:
+    """Click New chat (and confirm it when the chat asks)."""
     page.locator("#new-chat-button").click()
     confirm = page.locator("#confirm")
     if confirm.count():
         confirm.click()
+
+
+def reopen(page, title: str) -> None:
+    """Start a new chat, then open the saved one called ``title`` from the history."""
+    new_chat(page)
     page.locator("#thread-history").get_by_text(title).first.click()
     page.locator(USER).first.wait_for(timeout=30_000)
 

@@ -13,7 +13,7 @@ from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, browser, log_in, open_chat, page_factory, reopen, send)
 from tests.test_chat_features import (  # noqa: F401 (short_app is a fixture)
-    SHORT_REPLY, body, edit_the_first_of_two, figures, finished_replies, regenerate, regenerate_button,
+    SHORT_REPLY, body, edit_the_first_of_two, figures, finished_replies, regenerate_button, regenerated,
     short_app, user_prompt)
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
@@ -41,15 +41,6 @@ def settled(page, k: int, n: int) -> str:
     switcher(page, k, n).wait_for(timeout=120_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=120_000)
     return last_reply(page)
-
-
-def regenerated(page) -> tuple[str, str]:
-    """Ask, Regenerate: (first reply, second reply), the second shown with 2/2."""
-    send(page, "Tell me about tea.")
-    first = finished_replies(page, 1)[-1]
-    second = regenerate(page)
-    assert body(second) != body(first), "Regenerate gave the same text (temperature 0.7, no seed)"
-    return first, second
 
 
 def test_regenerate_keeps_the_first_reply_and_switches_in_place(page_factory, short_app, tmp_path):
