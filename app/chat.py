@@ -37,7 +37,7 @@ from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_par
 from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
 from app.live_stats import LIVE
 from app.math_text import DisplayStream, display_text
-from app.notices import lang, login_name, notice, notice_after, say_error, say_waiting, show_error
+from app.notices import lang, login_name, notice, notices_after, say_error, say_waiting, show_error
 from app.pdf_reader import PdfLimits
 from app.personas import persona
 from app.prompt_budget import PromptBudget
@@ -463,12 +463,21 @@ if SETTINGS.chat_db is not None:
         await send_panel()
         session_tasks.after_start(carry_on(thread))
         session_tasks.after_start(switcher.offer_all(lang()))  # on the replies the page shows then
-        if mapped := ENGINES.settle(lang()):  # shown after the saved steps, as the next notice
-            asyncio.create_task(notice_after(RESUME_NOTICE_DELAY_S, mapped, "model_unknown"))
+        # Chainlit sends the saved steps right after this returns, and the browser replaces
+        # what it shows with them: a notice sent now would vanish, so the notices follow them.
+        if told := resume_notices():
+            asyncio.create_task(notices_after(RESUME_NOTICE_DELAY_S, told))
+
+    def resume_notices() -> list[tuple[str, str]]:
+        """What a reopened chat is told, in order, as (text, kind)."""
+        told = []
+        if mapped := ENGINES.settle(lang()):  # first: current() then gives the model it goes on with
+            told.append((mapped, "model_unknown"))
+        if (engine := ENGINES.current()).asleep():  # nothing asked of it: its next message starts it
+            told.append((text(lang(), "model_asleep", model=engine.name), "model_asleep"))
         if moved_here():
-            # Chainlit sends the saved steps right after this returns, and the browser replaces
-            # what it shows with them: a notice sent now would vanish, so it follows them.
-            asyncio.create_task(notice_after(RESUME_NOTICE_DELAY_S, text(lang(), "moved_saved"), "moved"))
+            told.append((text(lang(), "moved_saved"), "moved"))
+        return told
 
     async def carry_on(thread: dict) -> None:
         """A reply still streaming for this chat goes on in this page (app/in_flight.py): from

@@ -24,9 +24,11 @@ async def notice(content: str, kind: str = "notice", **metadata) -> None:
     await cl.Message(content=content, metadata={"kind": kind, **metadata}).send()
 
 
-async def notice_after(delay_s: float, content: str, kind: str) -> None:
+async def notices_after(delay_s: float, notices: list[tuple[str, str]]) -> None:
+    """Each (content, kind) in turn, ``delay_s`` from now."""
     await asyncio.sleep(delay_s)
-    await notice(content, kind)
+    for content, kind in notices:
+        await notice(content, kind)
 
 
 def login_name() -> Optional[str]:

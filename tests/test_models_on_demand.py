@@ -4,8 +4,8 @@ Three demo models, two at once: `up` starts two, the third is asleep; a chat of 
 (through the app's socket, as a browser tab, logged in: saved chats) is told it loads, gets its
 reply once the model is loaded and warmed up, and the least recently used model stops while the
 one in use keeps answering; idle models stop after ERNIE_MODEL_IDLE_S; that saved chat reopened
-while its model sleeps opens without asking the model anything, and its next message wakes it,
-told how long its last start took; SIGTERM leaves nothing behind.
+while its model sleeps opens without asking the model anything, told that the model is not loaded,
+and its next message wakes it, told how long its last start took; SIGTERM leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.engine
 MODELS = ("demo", "demo-copy", "demo-small")
 IDLE_S = 50
 USER, PASSWORD = "alice", "wonderland-4711"
+ASLEEP = "ℹ️ **demo-small** is not loaded now: it starts with your first message."
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +145,7 @@ def test_a_chat_of_the_asleep_model_loads_it_and_the_least_recently_used_stops(o
         user.join()
     up.threads["demo-small"] = record.thread_id
     # Its welcome says the model is not loaded; nothing is asked of its engine before the message.
-    assert ("welcome", "ℹ️ **demo-small** is not loaded now: it starts with your first message.") in seen
+    assert ("welcome", ASLEEP) in seen
     assert ("model_loading", "⏳ Loading **demo-small** … (first start); the reply follows once it "
             "is loaded.") in seen, seen
     assert record.final and not record.error, (record, up.output())
@@ -180,6 +181,7 @@ def test_a_saved_chat_reopened_while_its_model_sleeps_opens_and_its_message_wake
 
     def asleep_and_unasked(seen: list) -> None:
         assert not [shown for shown in seen if shown[0] == "error"], seen
+        assert ("model_asleep", ASLEEP) in seen, seen  # after the saved steps, before the message
         assert state(up, "demo-small")["state"] == "asleep" and not vllms(up)
         assert model_wake.last_used(up.settings, "demo-small") == used  # opening wakes nothing
     record, seen = asyncio.run(chat_with(up, "", "hello again", thread_id=up.threads["demo-small"],
