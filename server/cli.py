@@ -205,9 +205,10 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 def cmd_scrape_config(args: argparse.Namespace) -> int:
     """Prometheus's scrape configuration for this machine's settings (docs/monitoring.md)."""
-    from server.stack.scrape_config import DASHBOARD, render_for
+    from server.stack import dashboard
+    from server.stack.scrape_config import render_for
     print(render_for(load_settings()), end="")
-    print(f"# Grafana dashboard for these jobs: {DASHBOARD}", file=sys.stderr)
+    print(f"# Grafana dashboard for these jobs: {dashboard.FILE}", file=sys.stderr)
     return 0
 
 

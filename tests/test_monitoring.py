@@ -3,19 +3,22 @@
 The unit tests run the endpoint on real workers' files (a process that counted, then
 exited); the stack test runs ``up`` with two app workers behind HAProxy on the session's
 vLLM, chats through them as browsers do, and asks Debian's Prometheus (``./scripts/test``
-installs it) what it scraped with the repository's scrape config and dashboard.
+installs it) what it scraped with the repository's scrape config and dashboard. With
+ERNIE_MODELS, ``up`` runs two real vLLMs and the dashboard's vLLM panels are asked for each model
+through its ``model`` variable.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
@@ -23,12 +26,14 @@ import pytest
 from server.loadtest.chat import qa_load
 from server.loadtest.lib import login as qa_login
 from server.settings import Settings, SettingsError, load_settings
+from server.stack import dashboard as dashboard_file
 from server.stack import metrics_endpoint, scrape_config
 from server.stack.engine_tier import StartupFailed
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from tests.conftest import metric_from_text
 from tests.stack_process import Up
+from tests.test_models_serve import free_ports
 
 TOKEN = "t0ken-for-the-metrics-endpoint"
 
@@ -124,6 +129,50 @@ def test_the_scrape_config_lists_every_models_engine_labelled_with_its_served_na
     assert f'"127.0.0.1:8123"]\n        labels:\n          model: "{load_settings().served_model_name}"' in alone
 
 
+VLLM_SELECTOR = re.compile(r"vllm:\w+(\{[^}]*\})?")
+AGGREGATION = re.compile(r"\b(?:sum|max|min|avg) (?:by \(([^)]*)\) )?\(")
+
+
+def vllm_queries(models: Optional[list[str]] = None) -> list[dict]:
+    """The vLLM panels' targets, ``$model`` filled in as Grafana does for ``models`` (None: All)."""
+    shown = dashboard_file.with_models(dashboard_file.load(), models)
+    return [target for panel in shown["panels"] for target in panel["targets"] if "vllm:" in target["expr"]]
+
+
+def test_every_vllm_query_filters_by_the_model_variable_and_keeps_one_series_per_model():
+    targets = [target for panel in dashboard_file.load()["panels"] for target in panel["targets"]]
+    vllm = [target for target in targets if "vllm:" in target["expr"]]
+    assert len(vllm) >= 8
+    for target in vllm:
+        expr = target["expr"]
+        assert {m.group(1) for m in VLLM_SELECTOR.finditer(expr)} == {'{model=~"$model"}'}, expr
+        assert all("model" in (m.group(1) or "") for m in AGGREGATION.finditer(expr)), expr
+        assert "{{model}}" in target["legendFormat"], target
+    assert not any("$model" in target["expr"] for target in targets if target not in vllm)
+
+
+def test_the_model_variable_is_every_engines_model_and_all_matches_any_model():
+    variable = dashboard_file.variable(dashboard_file.load())
+    assert variable["query"] == "label_values(vllm:num_requests_running, model)"
+    assert variable["multi"] and variable["includeAll"]
+    # All as ".*", not Grafana's default (a|b) of the names it found: a stack scraped without
+    # the label (a Prometheus configured by hand) still shows its engine.
+    assert variable["allValue"] == ".*"
+
+
+def test_a_chosen_model_is_filled_in_as_grafanas_prometheus_source_escapes_it():
+    dashboard = dashboard_file.load()
+    assert dashboard_file.model_value(dashboard) == ".*"
+    one = dashboard_file.model_value(dashboard, ["ernie-4.5-0.3b"])
+    assert one == "ernie-4\\\\.5-0\\\\.3b"
+    assert dashboard_file.model_value(dashboard, ["demo", "ernie-4.5-0.3b"]) == f"(demo|{one})"
+    # The PromQL string's escapes undone: a regex for the name alone, its dots no wildcards.
+    pattern = one.replace("\\\\", "\\")
+    assert re.fullmatch(pattern, "ernie-4.5-0.3b") and not re.fullmatch(pattern, "ernie-4x5-0x3b")
+    assert dashboard_file.model_value(dashboard, ["a\\b|c"]) == "a\\\\\\\\b\\\\|c"
+    assert all('{model=~"demo"}' in target["expr"] for target in vllm_queries(["demo"]))
+
+
 def test_a_taken_metrics_port_stops_up_before_anything_starts_and_says_which(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -188,30 +237,87 @@ class Prometheus:
         self.proc.wait(timeout=30)
         self.log.close()
 
+    def label_values(self, label: str, metric: str) -> list[str]:
+        """Grafana's ``label_values(metric, label)``, as its Prometheus source asks for it."""
+        answer = httpx.get(f"{self.url}/api/v1/label/{label}/values", params={"match[]": metric},
+                           timeout=10).json()
+        assert answer["status"] == "success", answer
+        return answer["data"]
 
-@pytest.fixture
-def monitored(engine, tmp_path):
-    settings, _ = engine
-    up = Up(tmp_path / "stack", ERNIE_ENGINE_URL=settings.engine_base_url, ERNIE_APP_WORKERS="2",
-            ERNIE_USERS=f"alice:{PASSWORD}", ERNIE_MAX_TOKENS=str(REPLY_TOKENS), ERNIE_IGNORE_EOS="true",
-            ERNIE_WARMUP="false", ERNIE_MAX_MODEL_LEN=str(settings.max_model_len))
+
+def scraped_by_prometheus(up: Up, scraped: Settings, tmp: Path):
+    """``up`` once it serves, with Prometheus scraping it every second with the repository's
+    scrape config for ``scraped``; yields (up, Prometheus, the served names); stops both."""
     prometheus = None
     try:
-        up.wait_for("Press Ctrl-C", timeout_s=300)
-        # The repository's scrape config, at this test's ports, scraping every second.
-        config = scrape_config.render(Settings(_env_file=None, metrics_port=up.metrics_port,
-                                               engine_url=settings.engine_base_url), interval_s=1)
-        prometheus = Prometheus(tmp_path, config)
-        yield up, prometheus
+        up.wait_for("Press Ctrl-C", timeout_s=900)
+        prometheus = Prometheus(tmp, scrape_config.render(scraped, interval_s=1))
+        yield up, prometheus, [model.served_name for model in scraped.served_models]
     finally:
         if prometheus:
             prometheus.stop()
         up.stop()
 
 
+@pytest.fixture
+def monitored(engine, tmp_path):
+    """One model: the session's engine."""
+    settings, _ = engine
+    up = Up(tmp_path / "stack", ERNIE_ENGINE_URL=settings.engine_base_url, ERNIE_APP_WORKERS="2",
+            ERNIE_USERS=f"alice:{PASSWORD}", ERNIE_MAX_TOKENS=str(REPLY_TOKENS), ERNIE_IGNORE_EOS="true",
+            ERNIE_WARMUP="false", ERNIE_MAX_MODEL_LEN=str(settings.max_model_len))
+    yield from scraped_by_prometheus(up, Settings(_env_file=None, metrics_port=up.metrics_port,
+                                                  engine_url=settings.engine_base_url), tmp_path)
+
+
+@pytest.fixture
+def two_models_monitored(demo_model, tmp_path):
+    """`up` with ERNIE_MODELS: two real vLLMs, each its own target of the scrape config."""
+    models, port = "demo,demo-small", free_ports(2)
+    up = Up(tmp_path / "stack", ERNIE_MODELS=models, ERNIE_MODEL=None, ERNIE_KV_CACHE_GIB=None,
+            ERNIE_ENGINE_PORT=str(port), ERNIE_WARMUP="false")
+    yield from scraped_by_prometheus(up, Settings(_env_file=None, models=models, engine_port=port,
+                                                  kv_cache_gib=None, metrics_port=up.metrics_port), tmp_path)
+
+
+def models_shown(prom: Prometheus, expr: str) -> list[Optional[str]]:
+    """The ``model`` of each series the query answers with a figure (NaN: none yet)."""
+    return sorted((r["metric"].get("model") for r in prom.query(expr)["result"] if r["value"][1] != "NaN"),
+                  key=str)
+
+
+def drawn(prom: Prometheus, png: Path, *args: str) -> tuple[int, int]:
+    """benchmarks/monitoring/dashboard_png.py's picture of the last 3 minutes: (panels, series)."""
+    done = subprocess.run([sys.executable, "benchmarks/monitoring/dashboard_png.py", "--prometheus", prom.url,
+                           "--minutes", "3", "--out", str(png), *args], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    panels, series = (int(w) for w in done.stdout.split(": ")[1].split()[::2])
+    return panels, series
+
+
+def assert_vllm_panels_show_each_model(prom: Prometheus, served: list[str]) -> None:
+    """Every vLLM query of the dashboard, ``$model`` filled in as Grafana does: All, all the
+    names and each name alone show one series per chosen model; a name no engine serves, or
+    one the chosen name's regex would match unescaped, shows nothing."""
+    metric, label = re.fullmatch(r"label_values\((.+), (\w+)\)",
+                                 dashboard_file.variable(dashboard_file.load())["query"]).groups()
+    assert sorted(prom.label_values(label, metric)) == sorted(served)
+    for chosen, expected in [(None, served), (served, served), *(([name], [name]) for name in served)]:
+        for target in vllm_queries(chosen):
+            deadline = time.monotonic() + 30  # a rate needs two scrapes after the requests
+            while (shown := models_shown(prom, target["expr"])) != sorted(expected):
+                assert time.monotonic() < deadline, (chosen, target["expr"], shown)
+                time.sleep(0.5)
+    for other in ["another-model", *(name[:-1] + "." for name in served)]:
+        for target in vllm_queries([other]):
+            assert prom.query(target["expr"])["result"] == [], target["expr"]
+
+
 @pytest.mark.engine
 def test_prometheus_scrapes_the_apps_and_vllms_figures_and_the_dashboard_queries_parse(monitored):
-    up, prom = monitored
+    up, prom, served = monitored
     prom.reaches('sum(up{job=~"ernie-chat-app|ernie-chat-vllm"})', 2)
     for _ in range(2):
         assert httpx.post(up.url + "/login", data={"username": "alice", "password": "wrong"}).status_code == 401
@@ -244,7 +350,8 @@ def test_prometheus_scrapes_the_apps_and_vllms_figures_and_the_dashboard_queries
     assert prom.value("sum(vllm:num_requests_running)") is not None
     assert prom.value("max(vllm:kv_cache_usage_perc)") is not None
 
-    dashboard = json.loads(scrape_config.DASHBOARD.read_text())
+    assert_vllm_panels_show_each_model(prom, served)
+    dashboard = dashboard_file.with_models(dashboard_file.load())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     assert len(exprs) >= 12
     for expr in exprs:  # each parses and runs: Prometheus answers "success"
@@ -255,11 +362,23 @@ def test_prometheus_scrapes_the_apps_and_vllms_figures_and_the_dashboard_queries
                    "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert wanted in names, wanted
     # Drawn without Grafana (benchmarks/monitoring/dashboard_png.py): every panel, with data.
-    png = Path(up.settings.log_file).parent / "dashboard.png"
-    drawn = subprocess.run([sys.executable, "benchmarks/monitoring/dashboard_png.py", "--prometheus", prom.url,
-                            "--minutes", "3", "--out", str(png)], capture_output=True, text=True, timeout=120,
-                           cwd=Path(__file__).resolve().parent.parent)
-    assert drawn.returncode == 0, drawn.stderr
-    panels, series = (int(w) for w in drawn.stdout.split(": ")[1].split()[::2])
-    assert panels == len(dashboard["panels"]) and series >= 10, drawn.stdout
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    panels, series = drawn(prom, Path(up.settings.log_file).parent / "dashboard.png")
+    assert panels == len(dashboard["panels"]) and series >= 10
+
+
+@pytest.mark.engine
+def test_with_two_models_the_vllm_panels_show_each_and_the_model_chosen(two_models_monitored):
+    up, prom, served = two_models_monitored
+    assert served == ["demo", "demo-small"]
+    prom.reaches('sum(up{job="ernie-chat-vllm"})', 2)
+    port = int(up.env["ERNIE_ENGINE_PORT"])
+    for at, name in enumerate(served):  # each engine answers a request of its own: figures of its own
+        reply = httpx.post(f"http://127.0.0.1:{port + at}/v1/chat/completions", timeout=120, json={
+            "model": name, "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]})
+        assert reply.status_code == 200, reply.text
+    assert_vllm_panels_show_each_model(prom, served)
+    # Drawn for one model chosen: each vLLM query draws its series alone, one fewer than for All.
+    folder = Path(up.settings.log_file).parent
+    _, every = drawn(prom, folder / "all.png")
+    _, one = drawn(prom, folder / "demo-small.png", "--model", "demo-small")
+    assert every - one == len(vllm_queries()), (every, one)

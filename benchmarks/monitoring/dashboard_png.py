@@ -1,18 +1,18 @@
 """The repository's Grafana dashboard drawn as a PNG from a running Prometheus, without Grafana.
 
     .venv/bin/python benchmarks/monitoring/dashboard_png.py --prometheus http://127.0.0.1:9090 \
-        --minutes 10 --out dashboard.png
+        --minutes 10 --out dashboard.png [--model NAME ...]
 
 Reads server/stack/monitoring/grafana-dashboard.json, asks Prometheus each panel's queries over
 the last ``--minutes`` (``/api/v1/query_range``; a stat panel: the last value) and draws the
-panels in the dashboard's own grid.  It shows what the dashboard shows where Grafana is not
-installed (Debian has no package of it), and it fails loudly on a query Prometheus refuses.
+panels in the dashboard's own grid, its ``model`` variable All unless ``--model`` picks models
+as Grafana's picker does.  It shows what the dashboard shows where Grafana is not installed
+(Debian has no package of it), and it fails loudly on a query Prometheus refuses.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -21,7 +21,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "server" / "stack" / "monitoring" / "grafana-dashboard.json"
+sys.path.insert(0, str(ROOT))
+
+from server.stack import dashboard as dashboard_file  # noqa: E402
+
 GRID_COLUMNS = 24  # Grafana's grid
 
 
@@ -80,7 +83,7 @@ def query_range(client: httpx.Client, url: str, expr: str, start: float, end: fl
     return answer["data"]["result"]
 
 
-def draw(panels: list[Panel], series: dict, out: Path, title: str, t0: float) -> None:
+def draw(panels: list[Panel], series: list[list], out: Path, title: str, t0: float) -> None:
     """The panels in the dashboard's grid; a graph leaves its panel's top row to its title and
     the ticks above it, as Grafana's panel header does.  Time in minutes from ``t0``."""
     import matplotlib
@@ -91,11 +94,10 @@ def draw(panels: list[Panel], series: dict, out: Path, title: str, t0: float) ->
     fig = plt.figure(figsize=(18, rows * 0.5))
     fig.suptitle(title, fontsize=13)
     grid = fig.add_gridspec(rows, GRID_COLUMNS, hspace=2.5, wspace=1.2)
-    for panel in panels:
+    for panel, lines in zip(panels, series):
         top = panel.y + (panel.kind != "stat")
         ax = fig.add_subplot(grid[top:panel.y + panel.h, panel.x:panel.x + panel.w])
         ax.set_title(panel.title, fontsize=9, loc="left")
-        lines = series[panel.title]
         if panel.kind == "stat":
             ax.axis("off")
             last = [f"{shown(values[-1][1], panel.unit)}" + (f"  {name}" if len(lines) > 1 else "")
@@ -121,22 +123,24 @@ def main() -> int:
     parser.add_argument("--prometheus", default="http://127.0.0.1:9090")
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--out", type=Path, default=Path("dashboard.png"))
+    parser.add_argument("--model", action="append", help="a served name the vLLM panels show "
+                        "(again for more; default: All)")
     args = parser.parse_args()
-    dashboard = json.loads(DASHBOARD.read_text())
+    dashboard = dashboard_file.with_models(dashboard_file.load(), args.model)
     panels = panels_of(dashboard)
     end = time.time()
     start = end - 60 * args.minutes
     step_s = max(1.0, 60 * args.minutes / 240)
-    series: dict[str, list] = {}
+    # One list of series per panel, by position: two panels may share a title (the KV cache's
+    # figure and its graph).
     with httpx.Client(timeout=30) as client:
-        for panel in panels:
-            series[panel.title] = [
-                (legend(q.legend, r["metric"]), [(float(t), float(v)) for t, v in r["values"]
-                                                 if v not in ("NaN", "+Inf", "-Inf")])
-                for q in panel.queries
-                for r in query_range(client, args.prometheus.rstrip("/"), q.expr, start, end, step_s)]
+        series = [[(legend(q.legend, r["metric"]), [(float(t), float(v)) for t, v in r["values"]
+                                                    if v not in ("NaN", "+Inf", "-Inf")])
+                   for q in panel.queries
+                   for r in query_range(client, args.prometheus.rstrip("/"), q.expr, start, end, step_s)]
+                  for panel in panels]
     draw(panels, series, args.out, f"{dashboard.get('title', 'dashboard')}: the last {args.minutes:g} min", start)
-    print(f"{args.out}: {len(panels)} panels, {sum(len(v) for v in series.values())} series")
+    print(f"{args.out}: {len(panels)} panels, {sum(len(v) for v in series)} series")
     return 0
 
 

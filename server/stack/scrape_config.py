@@ -17,7 +17,6 @@ from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.settings import Settings, client_url
 
 TEMPLATE = ROOT / "server" / "stack" / "monitoring" / "prometheus.yml"
-DASHBOARD = ROOT / "server" / "stack" / "monitoring" / "grafana-dashboard.json"
 # Where a token set in the environment (not generated into .cache) should be written for Prometheus.
 APP_TOKEN_FILE = Path("/etc/prometheus/ernie-chat-metrics-token")
 ENGINE_KEY_FILE = Path("/etc/prometheus/ernie-chat-engine-key")
