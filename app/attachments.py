@@ -44,7 +44,7 @@ class Attachment:
 
 @dataclass
 class Refused(Exception):
-    """A file that cannot go into the prompt: ``reason`` is a key of app/texts.py."""
+    """A file that cannot go into the prompt: ``reason`` is a key of app/texts/."""
 
     name: str
     reason: str

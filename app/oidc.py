@@ -72,7 +72,7 @@ class Admitted:
 class Refused:
     name: str    # whom the provider said, for the page and the log ("" when it said no one)
     reason: str  # for the log
-    key: str     # the page's text (app/texts.py)
+    key: str     # the page's text (app/texts/)
 
 
 def group_names(value: object) -> set[str]:

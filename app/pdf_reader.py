@@ -7,7 +7,7 @@ would hold a thread for minutes and its memory until the kernel kills the worker
 an address-space limit (RLIMIT_AS: a bigger allocation fails in the child, not in
 the worker), a wall-clock limit (the child is killed when it passes) and a page
 cap (checked before any page is read).  A PDF past a limit raises
-:class:`Unreadable` with the reason, a key of app/texts.py.
+:class:`Unreadable` with the reason, a key of app/texts/.
 
 The child gets the file on stdin and writes one JSON object on stdout: the pages'
 texts, or the reason it stopped.  At most ``READERS_AT_ONCE`` children run per worker, so

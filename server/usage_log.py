@@ -39,7 +39,7 @@ def append_usage(path: Path, prompt_tokens: int, completion_tokens: int,
 
 
 def append_error(path: Path, kind: str, user: Optional[str] = None) -> None:
-    """An error the chat showed, by its kind (its text's key in app/texts.py)."""
+    """An error the chat showed, by its kind (its text's key in app/texts/)."""
     _append(path, {"time": now_utc(), ERROR: kind}, user)
 
 

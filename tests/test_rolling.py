@@ -9,7 +9,6 @@ import os
 import stat
 import threading
 import time
-from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -184,12 +183,12 @@ def test_the_watch_loop_and_a_restart_take_a_process_in_turn(tmp_path):
     from server.stack.supervisor import Stack
     stack = Stack(settings(log_file=tmp_path / "llm.log"), root=tmp_path, out=lambda _: None)
     proc = ManagedProcess("app", ["sleep", "30"], tmp_path / "app.log")
-    assert not stack.hold("app", proc)  # never started: down
+    assert not stack.holds.hold("app", proc)  # never started: down
     proc.start()
     try:
-        assert stack.hold("app", proc)
-        assert not stack.hold("app", proc)  # one holder at a time
-        stack.release("app")
-        assert stack.hold("app", proc)
+        assert stack.holds.hold("app", proc)
+        assert not stack.holds.hold("app", proc)  # one holder at a time
+        stack.holds.release("app")
+        assert stack.holds.hold("app", proc)
     finally:
         proc.stop(grace_s=1)

@@ -1,4 +1,4 @@
-"""app/texts.py: both languages say the same things with the same placeholders."""
+"""app/texts/: both languages say the same things with the same placeholders."""
 
 from __future__ import annotations
 

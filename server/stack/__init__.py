@@ -3,8 +3,8 @@
 ``supervisor`` starts vLLM (``engine_args`` builds its command, ``provision``
 its environment, on the machines ``platforms`` says it installs on, and the
 ``demo_model``, ``model_source`` picks the model),
-waits for it, starts the Chainlit app, restarts either when it dies
-(``processes``), and explains failures from vLLM's log (``vllm_log``,
-``doctor``).  It imports the planner (for pre-flight checks) and the shared
-modules, never the load tools or the chat app.
+waits for it and starts the Chainlit app; its ``watch_loop`` restarts either
+when it dies (``processes``), and failures are explained from vLLM's log
+(``vllm_log``, ``doctor``).  It imports the planner (for pre-flight checks) and
+the shared modules, never the load tools or the chat app.
 """

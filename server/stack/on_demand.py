@@ -10,9 +10,10 @@ too.  A model's last start time (``load_s``) stays in its state file: the chat s
 41 s last time".  A woken model is warmed up as `up` warms the models it starts first
 (server/stack/warmup.py).
 
-A model stopped on purpose stays *held* (``Stack.hold``), so the watch loop takes its stop
-for no crash.  The work runs in one thread that lives as long as `up`: a child's
-PR_SET_PDEATHSIG fires when the thread that started it ends (server/stack/processes.py).
+A model stopped on purpose stays *held* (``Holds.hold``, server/stack/watch_loop.py), so the
+watch loop takes its stop for no crash.  The work runs in one thread that lives as long as
+`up`: a child's PR_SET_PDEATHSIG fires when the thread that started it ends
+(server/stack/processes.py).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class OnDemand:
         """Before `up` starts the engines: every model after the first ``at_once`` is asleep."""
         for name, tier in self.tiers.items():
             if name not in self.started_first:
-                self.stack.park(tier.engines[0].label)
+                self.stack.holds.park(tier.engines[0].label)
                 self.fall_asleep(name)
         if self.asleep:
             self.out(f"[on demand] {', '.join(self.asleep)}: started on a chat's first request "
@@ -163,7 +164,7 @@ class OnDemand:
 
     def put_to_sleep(self, name: str, why: str) -> bool:
         engine = self.tiers[name].engines[0]
-        if not self.stack.hold(engine.label, engine.proc):
+        if not self.stack.holds.hold(engine.label, engine.proc):
             return False  # it died: the watch loop restarts it, then it may go
         self.out(f"[on demand] stopping {name}: {why}")
         self.tiers[name].stop()
@@ -182,7 +183,7 @@ class OnDemand:
             return
         del self.asleep[name]
         self.ready_at[name] = time.time()
-        self.stack.release(tier.engines[0].label)
+        self.stack.holds.release(tier.engines[0].label)
         tier.report()
         if warmup.wanted(self.stack.settings) and not self.stopping.is_set():
             warmup.warm_tier(tier, self.out)

@@ -2,8 +2,9 @@
 and carried out step by step in a thread of its own (what each step does and what may
 change: server/stack/rolling.py).
 
-The thread holds each process while it restarts it (``Stack.hold``), so the watch
-loop, which goes on keeping the other processes up, takes the stop for no crash.
+The thread holds each process while it restarts it (``Holds.hold``,
+server/stack/watch_loop.py), so the watch loop, which goes on keeping the other
+processes up, takes the stop for no crash.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def restart_one(stack, step: rolling.Step, commands: list[EngineCommand],
     else:
         worker = stack.apps.workers[step.index]
         proc, label = worker.proc, worker.label
-    if not stack.hold(label, proc):
+    if not stack.holds.hold(label, proc):
         raise rolling.RestartRefused(f"{label} is down (the supervisor is restarting it)")
     try:
         if step.tier == "engine":
@@ -124,7 +125,7 @@ def restart_one(stack, step: rolling.Step, commands: list[EngineCommand],
         # Back in rotation even after a failed start: HAProxy's checks keep a dead process
         # out, and the watch loop's restart of it needs no drain to undo.
         balancer_runtime.set_state(socket, step.tier, step.index, "ready")
-        stack.release(label)
+        stack.holds.release(label)
     say(f"[restart] {label}: back in rotation")
 
 

@@ -11,7 +11,7 @@ the new settings, waits until it serves, and puts it back:
   closes once its reply ends, its browser reconnects to another worker, and the
   worker is stopped once it streams nothing and holds no socket.
 
-The watch loop leaves a process alone while a step holds it (``Stack.hold``), so
+The watch loop leaves a process alone while a step holds it (``Holds.hold``), so
 the deliberate stop is no crash.  Zero downtime needs somewhere for the load to
 go: at least two engine copies and two app workers behind HAProxy.  With one of
 either, the restart is refused with what to do instead.

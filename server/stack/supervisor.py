@@ -7,11 +7,10 @@ What does not need the engine starts meanwhile: the Chainlit workers
 (``app_tier``) and, when a tier has several processes, HAProxy (``balancer``).
 Then the engine is warmed up with requests like the app's
 (``warmup``) while the workers finish loading, and the chat URL is printed
-last.  After that the loop restarts whichever child dies, with a capped
-exponential backoff, and gives up with the doctor's diagnosis when an engine
-copy keeps failing.  SIGHUP (`ernie-chat restart`) restarts the processes one at a
-time with new settings (``roller``), while the loop leaves the one being restarted
-alone.  Ctrl-C or SIGTERM stops every process group.
+last.  After that the watch loop (``watch_loop``) restarts whichever child dies,
+until one cannot be kept up.  SIGHUP (`ernie-chat restart`) restarts the processes
+one at a time with new settings (``roller``), while the loop leaves the one being
+restarted alone.  Ctrl-C or SIGTERM stops every process group.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -34,39 +32,18 @@ from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine
-from server.settings import Settings, app_exposed, engine_exposed
-from server.stack import balancer, balancer_runtime, model_tiers, on_demand, restart_control, roller, tls, warmup
+from server.settings import Settings, engine_exposed
+from server.stack import balancer, balancer_runtime, model_tiers, on_demand, restart_control, tls, warmup, watch_loop
 from server.stack.app_tier import AppTier, read_or_create_secret
-from server.stack.engine_tier import EngineInfo, EngineProcess, EngineTier, StartupFailed
+from server.stack.engine_tier import EngineInfo, EngineTier, StartupFailed
 from server.stack.metrics_endpoint import MetricsEndpoint
 from server.stack.processes import ManagedProcess, free_port, port_free, port_problem
 from server.stack.readiness import http_ok, wait_until
 from server.stack.topology import Topology, balancer_config, plan_topology
 
-BACKOFF_CAP_S = 30.0
-# A process that stayed up this long is healthy again: its restart count resets.
-STABLE_AFTER_S = 120.0
-
 
 class Shutdown(Exception):
     """Raised in the main thread by SIGTERM, like KeyboardInterrupt is by SIGINT."""
-
-
-def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = BACKOFF_CAP_S) -> float:
-    """1, 2, 4, 8 ... seconds, never more than ``cap_s``."""
-    return min(cap_s, base_s * 2 ** max(0, attempt - 1))
-
-
-@dataclass
-class Child:
-    """A process the watch loop keeps up: how to start it again, and what its death means."""
-
-    name: str
-    proc: ManagedProcess
-    restart: Callable[[], None]
-    engine: Optional[EngineProcess] = None  # engine copies get the doctor's diagnosis
-    tier: Optional[EngineTier] = None
-    failures: int = 0
 
 
 class Stack:
@@ -82,10 +59,7 @@ class Stack:
         self.balancer: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
         self.certificate: Optional[tls.ChatCertificate] = None
-        # Processes a rolling restart stops on purpose (or the watch loop is restarting):
-        # the other side leaves them alone. The lock makes "held or alive?" one step.
-        self.lock = threading.Lock()
-        self.held: set[str] = set()
+        self.holds = watch_loop.Holds()  # the processes the watch loop leaves alone now
         self.restart_asked = threading.Event()
         self.rolling: Optional[threading.Thread] = None  # roller.serve, once the first comes
         self.restarts: queue.Queue = queue.Queue()
@@ -292,89 +266,6 @@ class Stack:
         self.out(f"[start-up] {sum(took.values()):.0f} s: " + ", ".join(
             f"{name} {seconds:.1f} s" for name, seconds in took.items() if seconds >= 0.05))
 
-    # --- keeping it up -----------------------------------------------------------
-    def children(self) -> list[Child]:
-        found = []
-        for tier in self.tiers:
-            found += [Child(e.label, e.proc, lambda e=e, tier=tier: tier.restart(e), e, tier)
-                      for e in tier.engines]
-        if self.balancer:
-            found.append(Child("balancer", self.balancer, self.restart_balancer))
-        if self.apps:
-            found += [Child(w.label, w.proc, lambda w=w: self.apps.start(w)) for w in self.apps.workers]
-        return found
-
-    def watch(self) -> str:
-        """Restart whichever process dies or hangs; return why, once one cannot be kept up."""
-        children = self.children()
-        while True:
-            if self.restart_asked.is_set():
-                self.restart_asked.clear()
-                roller.begin(self)
-            for child in children:
-                with self.lock:
-                    if child.name in self.held:
-                        continue
-                    if child.engine is not None and child.engine.hung():
-                        self.out(f"[{child.name}] /health has not answered for a while: the engine "
-                                 "is hung; killing it")
-                        child.proc.kill()
-                    if child.proc.alive():
-                        if time.monotonic() - child.proc.started_at > STABLE_AFTER_S:
-                            child.failures = 0
-                        continue
-                    self.held.add(child.name)
-                try:
-                    final = self.handle_death(child)
-                finally:
-                    self.release(child.name)
-                if final:
-                    return final
-            time.sleep(0.5)
-
-    # --- restarting on purpose, one process at a time (server/stack/rolling.py) ----------
-    def hold(self, name: str, proc: ManagedProcess) -> bool:
-        """Take a running process from the watch loop; False if it is down or held already."""
-        with self.lock:
-            if name in self.held or not proc.alive():
-                return False
-            self.held.add(name)
-            return True
-
-    def release(self, name: str) -> None:
-        with self.lock:
-            self.held.discard(name)
-
-    def park(self, name: str) -> None:
-        """Hold a process that does not run yet (a model started on demand)."""
-        with self.lock:
-            self.held.add(name)
-
-    def handle_death(self, child: Child) -> Optional[str]:
-        child.failures += 1
-        self.out(f"[{child.name}] exited with code {child.proc.returncode}")
-        if child.tier is not None:  # first: the chat tells its users from this file
-            child.tier.state("restarting")
-        child.proc.stop(grace_s=5)  # its children (vLLM's engine core) may still run
-        if child.tier is not None:
-            self.out(child.tier.explain_failure(child.engine, "The engine stopped."))
-            final = child.tier.unrecoverable(child.engine)
-            if final:
-                child.tier.state("failed", reason=final)
-                return final
-        limit = self.settings.max_restarts
-        if child.failures > limit:
-            return (f"The {child.name} failed {child.failures} times in a row; giving "
-                    f"up (ERNIE_MAX_RESTARTS={limit}).")
-        delay = backoff_delay(child.failures)
-        self.out(f"[{child.name}] restarting in {delay:.0f} s (attempt {child.failures} of {limit})")
-        time.sleep(delay)
-        try:
-            child.restart()
-        except StartupFailed as exc:
-            self.out(str(exc))
-        return None
-
     def stop(self) -> None:
         if self.on_demand:  # no model wakes any more; one waking stops below
             self.on_demand.end()
@@ -425,7 +316,7 @@ def run(settings: Settings, out=print) -> int:
         if stack.info and stack.info.is_demo:
             out("Serving the built-in DEMO model (word salad by design); set ERNIE_MODEL for a real one.")
         out("Press Ctrl-C to stop.")
-        out(f"ERROR: {stack.watch()}")
+        out(f"ERROR: {watch_loop.keep_up(stack)}")
         return 1
     except (KeyboardInterrupt, Shutdown):
         out("\nStopping ...")
