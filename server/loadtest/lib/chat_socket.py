@@ -46,6 +46,10 @@ RECONNECT_DELAYS_S = (1.0, 2.0, 4.0) + (5.0,) * 10
 # After coming back, how long a chat waits for its reply to show signs of life: a worker
 # taking over a dead one's reply waits for its writer to be quiet first (app/in_flight.py).
 REJOIN_WAIT_S = 30.0
+# Between two messages, how many sockets a chat opens before one stays open until the chat
+# opened on it: the worker one reaches may be drained right then (`ernie-chat restart`) and
+# close it, and the browser's client simply reconnects again, to another worker.
+REOPEN_TRIES = 3
 
 
 @dataclass
@@ -60,6 +64,9 @@ class SessionRecord:
     resumed: bool = False          # the app reopened the chat from its saved steps
     thread_id: str = ""            # the chat's thread, once the app started one
     reconnects: int = 0            # times its socket came back after dropping
+    # Times a socket opened again between two messages closed before the chat opened on it,
+    # and another was opened (REOPEN_TRIES): the chat's, over all its messages.
+    reopen_retries: int = 0
     open_s: Optional[float] = None  # connect to welcome: what a new browser tab waits
     ttft_s: Optional[float] = None
     total_s: Optional[float] = None
@@ -184,6 +191,7 @@ class ChatSession:
         self.sent_at: Optional[float] = None
         self._in_turn = False
         self._closing = False
+        self._reopening = False           # between two messages, the chat opens on a new socket
 
     async def open(self, url: str, headers: Optional[dict] = None, thread_id: str = "") -> bool:
         """Connect and wait for the welcome; False (with the reason recorded) if it fails.
@@ -261,13 +269,26 @@ class ChatSession:
 
     async def _back_between_turns(self) -> bool:
         """The socket dropped while the user read or thought: back before the next message,
-        once the chat is open again (resumed, or started afresh on another worker)."""
-        self.opened.clear()
-        if not await self._come_back():
-            return False
-        if not await first_set(self.opened, timeout_s=REJOIN_WAIT_S):
-            self.record.error = "the chat did not open again after its socket came back"
-            return False
+        once the chat is open again (resumed, or started afresh on another worker), on a
+        socket that stayed open until then (REOPEN_TRIES)."""
+        self._reopening = True
+        try:
+            for tries_left in reversed(range(REOPEN_TRIES)):
+                self.opened.clear()
+                if not await self._come_back():
+                    return False
+                if not await first_set(self.opened, self.dropped, timeout_s=REJOIN_WAIT_S):
+                    self.record.error = "the chat did not open again after its socket came back"
+                    return False
+                if not self.dropped.is_set():
+                    break
+                if not tries_left:
+                    self.record.error = (f"the chat's socket closed {REOPEN_TRIES} times in a row "
+                                         "before the chat opened again")
+                    return False
+                self.record.reopen_retries += 1
+        finally:
+            self._reopening = False
         self._rejoining = False
         self.record.reconnects = 0  # between two messages: not this message's
         return True
@@ -395,7 +416,7 @@ class ChatSession:
             self.refusal = str(data.get("message", data))
 
     def _on_disconnect(self, reason=None) -> None:
-        if self.reconnect and not self._closing and self.opened.is_set():
+        if self.reconnect and not self._closing and (self.opened.is_set() or self._reopening):
             self.dropped.set()  # the turn, or the next one, waits for the socket to come back
         elif not self._closing:
             self.record.error = self.record.error or "the app closed the connection"
