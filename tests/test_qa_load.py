@@ -21,8 +21,8 @@ from server import cli
 from server.loadtest.chat import qa_load
 from server.loadtest.chat import processes as qa_processes
 from server.loadtest.chat.qa_load import count_crossed, summarize_sessions
-from server.loadtest.lib import chat_socket
-from server.loadtest.lib.chat_socket import SessionRecord
+from server.loadtest.lib import chat_record, chat_socket
+from server.loadtest.lib.chat_record import SessionRecord
 from server.stack.processes import free_port
 from server.usage_log import read_usage
 from tests.conftest import start_app
@@ -56,9 +56,9 @@ def lost(index: int, error: str) -> SessionRecord:
 
 def test_limit_and_busy_answers_are_counted_apart_and_fail_nothing():
     limited = lost(1, "")
-    limited.refused, limited.notice = chat_socket.LIMITED, "⏳ ... Try again in 20 s."
+    limited.refused, limited.notice = chat_record.LIMITED, "⏳ ... Try again in 20 s."
     refused = lost(2, "")
-    refused.refused = chat_socket.BUSY_REFUSED
+    refused.refused = chat_record.BUSY_REFUSED
     waited = chat(3)
     waited.busy_waited = True
     s = summarize_sessions([chat(0), limited, refused, waited], wall_s=1.0)
@@ -188,7 +188,7 @@ def test_an_error_shown_by_the_app_fails_the_chat():
 def test_tags_are_unique_per_chat_and_per_run():
     first, second = qa_load.make_records(["a", "b"], 3), qa_load.make_records(["a"], 3)
     tags = [r.tag for r in first + second]
-    assert len(set(tags)) == 6 and all(chat_socket.TAG.fullmatch(t) for t in tags)
+    assert len(set(tags)) == 6 and all(chat_record.TAG.fullmatch(t) for t in tags)
     assert [r.prompt for r in first] == [f"{first[0].tag} a", f"{first[1].tag} b", f"{first[2].tag} a"]
 
 
@@ -327,16 +327,16 @@ def test_cli_json_with_a_prompts_file(short_replies_app, tmp_path, capsys):
 # --- reconnecting as a browser does, and what became of each message ---------------------
 
 def test_each_message_is_complete_continued_failed_or_lost():
-    assert chat_socket.outcome_of(chat(0)) == "complete"
+    assert chat_record.outcome_of(chat(0)) == "complete"
     continued = chat(1)
     continued.reconnects = 1
-    assert chat_socket.outcome_of(continued) == "continued"
-    shown = lost(2, chat_socket.SHOWN_ERROR + "The engine stopped in the middle of this reply")
+    assert chat_record.outcome_of(continued) == "continued"
+    shown = lost(2, chat_record.SHOWN_ERROR + "The engine stopped in the middle of this reply")
     moved = lost(3, "")
     moved.moved = True
-    assert chat_socket.outcome_of(shown) == chat_socket.outcome_of(moved) == "failed"
-    assert chat_socket.outcome_of(lost(4, "the app closed the connection")) == "lost"
-    assert chat_socket.outcome_of(lost(5, "")) == "lost"
+    assert chat_record.outcome_of(shown) == chat_record.outcome_of(moved) == "failed"
+    assert chat_record.outcome_of(lost(4, "the app closed the connection")) == "lost"
+    assert chat_record.outcome_of(lost(5, "")) == "lost"
 
 
 def test_a_reply_carried_on_after_a_reconnect_is_followed_to_its_end():
