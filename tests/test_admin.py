@@ -17,7 +17,8 @@ from app.admin_figures import MAX_DAYS, BadDays, BusyChat, Day, Report, UserDay,
 from app.admin_page import page_html
 from app.auth_sessions import Sessions, is_admin
 from server.auth_store import open_store
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from server.passwords import hash_password
 from server.settings import SettingsError, load_settings
 from server.stack.processes import free_port

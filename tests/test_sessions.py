@@ -19,7 +19,8 @@ import httpx
 import jwt
 import pytest
 
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession
 from server.passwords import hash_password
 from server.paths import ROOT
 from server.stack.processes import free_port

@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.lib.chat_socket import DEFAULT_PROMPTS, OUTCOMES  # noqa: E402
+from server.loadtest.lib.chat_record import OUTCOMES  # noqa: E402
+from server.loadtest.lib.chat_socket import DEFAULT_PROMPTS  # noqa: E402
 from server.loadtest.users.chats import AppChat, Target  # noqa: E402
 from server.loadtest.users.load import run_user_load  # noqa: E402
 from server.loadtest.users.model import UserModel  # noqa: E402

@@ -2,8 +2,10 @@
 
 * ``lib``: what every tool shares: the load's config and its command-line flags
   (``config``, ``load_args``), the server (``target``), exact-length prompts, the two
-  wires (``stream``: the engine's OpenAI stream; ``chat_socket``: the app's websocket),
-  the statistics (vLLM's definitions), client processes that start together, plots.
+  wires (``stream``: the engine's OpenAI stream; ``chat_socket``: the app's websocket,
+  ``chat_events``: what its events mean for a chat, ``chat_record``: what a chat saw and
+  what became of its message), the statistics (vLLM's definitions), client processes that
+  start together, plots.
 * ``bench``: ``ernie-chat bench``, the engine's load generator (levels of concurrency,
   its report).
 * ``users``: simulated users who arrive and chat over time (``qa-load --users``), and

@@ -60,9 +60,9 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from server.loadtest.chat import processes as qa_processes
-from server.loadtest.lib import chat_socket
-from server.loadtest.lib.chat_socket import (ChatSession, QaLoadError, SessionRecord, check_app,
-                                             count_crossed, read_prompts)
+from server.loadtest.lib import chat_record
+from server.loadtest.lib.chat_record import SessionRecord, count_crossed
+from server.loadtest.lib.chat_socket import ChatSession, QaLoadError, check_app, read_prompts
 from server.loadtest.lib.load_args import add_model_argument, chat_profile
 from server.loadtest.lib.login import PASSWORD_ENV, chat_cookie_for
 from server.loadtest.lib.stats import distribution_ms
@@ -87,8 +87,8 @@ def summarize_sessions(records: list[SessionRecord], wall_s: float) -> dict:
         "replied": len(replied),
         "complete": len(complete),
         "incomplete": len(replied) - len(complete),
-        "limited": sum(r.refused == chat_socket.LIMITED for r in refused),
-        "busy_refused": sum(r.refused == chat_socket.BUSY_REFUSED for r in refused),
+        "limited": sum(r.refused == chat_record.LIMITED for r in refused),
+        "busy_refused": sum(r.refused == chat_record.BUSY_REFUSED for r in refused),
         "busy_waited": sum(r.busy_waited for r in complete),
         "lost": len(records) - len(replied) - len(refused),
         "crossed": count_crossed(records),

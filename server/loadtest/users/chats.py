@@ -18,7 +18,8 @@ from typing import Callable, Optional, Protocol
 import httpx
 
 from server.errors import LoadTestError
-from server.loadtest.lib.chat_socket import ChatSession, SessionRecord, check_app
+from server.loadtest.lib.chat_record import SessionRecord
+from server.loadtest.lib.chat_socket import ChatSession, check_app
 from server.loadtest.lib.config import BenchConfig
 from server.loadtest.lib.stream import StreamConnection, StreamError
 from server.loadtest.lib.target import served_model
@@ -33,7 +34,7 @@ class Reply:
     tokens: Optional[int] = None  # the engine's count of the reply's tokens
     complete: bool = False
     error: str = ""
-    outcome: str = ""  # chat_socket.OUTCOMES: complete, continued, failed or lost
+    outcome: str = ""  # chat_record.OUTCOMES: complete, continued, failed or lost
 
 
 class Chat(Protocol):

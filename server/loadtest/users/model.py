@@ -82,7 +82,7 @@ class ReplyRecord:
     tokens: Optional[int] = None
     complete: bool = False
     error: str = ""
-    outcome: str = ""  # chat_socket.OUTCOMES
+    outcome: str = ""  # chat_record.OUTCOMES
 
     @property
     def first_token_at(self) -> Optional[float]:
@@ -129,7 +129,7 @@ class UsersRun:
 
 
 def user_tag(run: str, user: int) -> str:
-    """The tag that starts each of a user's messages (chat_socket.TAG recognises it)."""
+    """The tag that starts each of a user's messages (chat_record.TAG recognises it)."""
     return f"[qa {run} s{user:03d}]"
 
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from server.loadtest.lib.chat_socket import SessionRecord
+from server.loadtest.lib.chat_record import SessionRecord
 from server.loadtest.lib.client_processes import MAX_PROCESSES, ClientProcesses, child_main, parent_line
 from server.loadtest.users.chats import Target, chat_factory
 from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersError, run_users

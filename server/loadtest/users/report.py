@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from server.loadtest.lib.chat_socket import SessionRecord, count_crossed
+from server.loadtest.lib.chat_record import SessionRecord, count_crossed
 from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersRun
 from server.loadtest.users.stats import per_second, summarize_users
 

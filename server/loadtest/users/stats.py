@@ -10,13 +10,13 @@ Definitions (times from the start of the run):
   span, so a long reply counts in every second it streamed;
 * lost: a message that got no whole reply (an error, or none in time); incomplete:
   a reply whose final text is not what was streamed; crossed: a message of one chat
-  that reached another (``chat_socket.count_crossed``, app only);
+  that reached another (``chat_record.count_crossed``, app only);
 * outcomes: each message complete, continued (complete after its socket came back or
   another worker carried the reply on), busy_waited (complete after the app said the
   engine was busy), limited or busy_refused (the app answered that its user is over a
   limit, or the engine too busy: answers, not failures; ``refused`` counts them), failed
   (the app said what went wrong) or lost (no whole reply, and no word why)
-  (``chat_socket.outcome_of``).
+  (``chat_record.outcome_of``).
 
 The steady state is the replies sent after every user has arrived (``ramp_s``)
 and before the send window closes; a run without a window uses all replies.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from server.loadtest.lib.chat_socket import OUTCOMES, REFUSALS
+from server.loadtest.lib.chat_record import OUTCOMES, REFUSALS
 from server.loadtest.users.model import ReplyRecord, UserRecord
 from server.plan.kv_planner import percentile
 
