@@ -40,6 +40,11 @@ def short_app(engine, tmp_path_factory):
                          ignore_eos=True, max_tokens=SHORT_REPLY)
 
 
+def replies(page) -> list[str]:
+    """The texts of the replies that carry their figures line, in order."""
+    return [t for t in page.locator(ASSISTANT).all_inner_texts() if "reply tokens" in t]
+
+
 def finished_replies(page, n: int, timeout_s: float = 120) -> list[str]:
     """Wait until ``n`` replies carry their figures line and the chat's task has ended (the
     Stop button gone: until then the input ignores Enter, and a message sent at once is
@@ -48,7 +53,7 @@ def finished_replies(page, n: int, timeout_s: float = 120) -> list[str]:
         f"n => [...document.querySelectorAll('{ASSISTANT}')]"
         ".filter(e => /reply tokens/.test(e.innerText)).length >= n", arg=n, timeout=timeout_s * 1000)
     page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
-    return [t for t in page.locator(ASSISTANT).all_inner_texts() if "reply tokens" in t]
+    return replies(page)
 
 
 def figures(reply: str) -> tuple[int, int]:
@@ -83,7 +88,7 @@ def regenerate(page, versions: int = 2) -> str:
     regenerate_button(page).click()
     page.get_by_role("button", name=f"{versions}/{versions}", exact=True).wait_for(timeout=120_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=120_000)
-    return [t for t in page.locator(ASSISTANT).all_inner_texts() if "reply tokens" in t][-1]
+    return replies(page)[-1]
 
 
 def regenerated(page, tries: int = 3) -> tuple[str, str]:

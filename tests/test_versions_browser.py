@@ -14,7 +14,7 @@ from tests.test_browser import (  # noqa: F401 (browser and page_factory are fix
     ASSISTANT, USER, browser, log_in, open_chat, page_factory, reopen, send)
 from tests.test_chat_features import (  # noqa: F401 (short_app is a fixture)
     SHORT_REPLY, body, edit_the_first_of_two, figures, finished_replies, regenerate_button, regenerated,
-    short_app, user_prompt)
+    replies, short_app, user_prompt)
 
 pytestmark = [pytest.mark.engine, pytest.mark.browser]
 
@@ -33,7 +33,7 @@ def next_button(page):
 
 
 def last_reply(page) -> str:
-    return [t for t in page.locator(ASSISTANT).all_inner_texts() if "reply tokens" in t][-1]
+    return replies(page)[-1]
 
 
 def settled(page, k: int, n: int) -> str:
