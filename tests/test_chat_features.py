@@ -398,15 +398,13 @@ def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     log_in(page, "presenter", "demo")
     send(page, "今天天气怎么样？")
     finished_replies(page, 1)
-    page.locator("#new-chat-button").click()
-    if page.locator("#confirm").count():
-        page.locator("#confirm").click()
+    new_chat(page)
     page.locator(ASSISTANT).first.wait_for(timeout=30_000)
     send(page, "What is a KV cache?")
     finished_replies(page, 1)
     send(page, "Why does it grow with the conversation?")
-    replies = finished_replies(page, 2)
-    assert all(figures(reply)[1] < 256 for reply in replies), "a reply did not end on its own"
+    answers = finished_replies(page, 2)
+    assert all(figures(reply)[1] < 256 for reply in answers), "a reply did not end on its own"
     page.locator("#thread-history").get_by_text("今天天气怎么样？").wait_for(timeout=30_000)
     page.mouse.move(0, 0)
     # Chainlit scrolls the last question to the top; show the whole conversation.
