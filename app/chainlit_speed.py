@@ -5,7 +5,7 @@
 chat of the process stands still for it.  An exchange builds at least three (the user's
 message, the ``on_message`` run step, the reply), so a crowd of chats loses 3 ms of the
 loop per message; at 300 exchanges a second the loop would do nothing else
-(docs/notes.md, "The app's cost per token").  The sleep only spaces out the
+(docs/performance.md, "The app's cost per token").  The sleep only spaces out the
 ``createdAt`` stamps, which ``chainlit.utils.utc_now`` already writes to the
 microsecond, and those two modules use ``time`` for nothing else.
 """

@@ -28,7 +28,7 @@ def make_client(settings: Settings) -> AsyncOpenAI:
     each response's end, probing each idle one's socket (``getpeername`` and ``poll``): in
     a burst, with a hundred connections kept, that was 19 % of a worker's CPU, and a request
     cost 3.4-3.8 ms of CPU against 1.4-2.1 ms through aiohttp; a worker's message, 8.1 ms
-    against 5.1 (docs/notes.md, "The HTTP client's pool"). Requests, errors and timeouts stay
+    against 5.1 (docs/performance.md, "The HTTP client's pool"). Requests, errors and timeouts stay
     the SDK's: the transport turns aiohttp's exceptions into httpx2's (see ``error_kind``).
     """
     # The read timeout is per socket read (aiohttp's sock_read, as httpx's), so it bounds the
@@ -141,7 +141,7 @@ async def stream_reply(
     # The body goes as extra_body, which the client sends as given: its typed parameters
     # are walked against the SDK's TypedDicts first, 0.25 ms of CPU per message here, so
     # 1.2 ms for a first message and 9 ms for a 20-turn chat, on every request
-    # (docs/notes.md, "The app's cost per message"). The typed ``messages`` it needs is
+    # (docs/performance.md, "The app's cost per message"). The typed ``messages`` it needs is
     # empty and replaced by the body's.
     body = {"messages": messages, "temperature": temperature, "top_p": top_p,
             "max_tokens": max_tokens, "stream_options": {"include_usage": True},

@@ -23,7 +23,7 @@ limit, or when the history changed otherwise (a new system prompt, an edit), the
 exact fit runs as before.  Either way no request exceeds the window.  So a chat far
 from its window asks ``/tokenize`` nothing at all: in a crowd, counting each chat's
 first message had been a round trip to vLLM's busy API server before every first
-token (docs/notes.md, "The app's cost per chat").
+token (docs/performance.md, "The app's cost per chat").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ it and say plainly which it uses.
 The answer is shared by the chats a process opens (``app.single_flight``, 30 s): asking it per chat
 cost a crowd three round trips to vLLM's busy API server per chat (/v1/models and two
 /tokenize probes), a third of the app's CPU for short replies in a py-spy profile
-(docs/notes.md, "The app's cost per chat").
+(docs/performance.md, "The app's cost per chat").
 """
 
 from __future__ import annotations

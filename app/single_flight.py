@@ -2,7 +2,7 @@
 
 A crowd opens many chats at once, and each would ask the engine the same thing (what it
 is, how its chat template counts) in the same millisecond: a hundred round trips to
-vLLM's busy API server for one answer (docs/notes.md, "The app's cost per chat").
+vLLM's busy API server for one answer (docs/performance.md, "The app's cost per chat").
 ``SingleFlight`` runs the question once; everyone who asks meanwhile, or within
 ``max_age_s`` after, gets that answer.  A failed question is not kept: the next asker
 asks again, so a transient error does not stick.

@@ -4,7 +4,7 @@ One Chainlit frame per token makes the browser re-render thousands of times:
 in a measurement (docs/notes.md, "Chainlit 2.12") batching every 30-50 ms cut 5,000 tokens from 2.45 s
 to 1.03 s. 40 ms is below what a reader perceives as stutter.
 
-The app's own CPU is spent per frame, not per token (docs/notes.md, "The app's cost per
+The app's own CPU is spent per frame, not per token (docs/performance.md, "The app's cost per
 token"): a frame costs the process 150-220 us, whatever it carries.  One chat at 40 ms
 sends 25 frames/s; a crowd of 256 would send 6,400 frames/s, a whole core, for text that
 arrives at a reading pace.  So the interval grows with the number of replies streaming
@@ -15,7 +15,7 @@ to first token), and so does the rest when the reply ends.
 
 The engine can group tokens too: vLLM's per-request ``stream_interval`` sends N tokens
 per streamed piece (the first token alone, at once), which saves the app a read and a
-JSON parse per token and vLLM's API server as much (docs/notes.md, "The app's cost per
+JSON parse per token and vLLM's API server as much (docs/performance.md, "The app's cost per
 token").  ``engine_piece_tokens`` asks for pieces that still arrive at least twice per
 frame interval, from the decode rate of the replies this process streamed last, so
 grouping never holds back what the browser would have been sent.

@@ -4,7 +4,8 @@
 #     bash benchmarks/model_probe_time.sh on off on off
 # Needs .venv-engine and the demo model (.cache/demo-model): `./scripts/up` makes both. Removes
 # ~/.cache/vllm/modelinfos before each start; stops each vLLM once the line is there.
-# 2026-12-02, this 2-core machine: on 10.1, 10.7, 14.1 s; off 30.2, 21.6, 21.4 s (docs/notes.md).
+# 2026-12-02, this 2-core machine: on 10.1, 10.7, 14.1 s; off 30.2, 21.6, 21.4 s
+# (docs/performance.md, "Where a start's time goes").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 for mode in "$@"; do

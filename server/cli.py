@@ -14,8 +14,22 @@ from pathlib import Path
 from typing import Optional
 
 from server.errors import ErnieChatError
+from server.paths import ROOT
 from server.private_files import PRIVATE_UMASK
 from server.settings import load_settings
+
+DISTRIBUTION = "ernie-chat"
+
+
+def project_version() -> str:
+    """pyproject.toml's version, the one source of it: read from the checkout the CLI runs in
+    (the app's environment does not install the project), else from the installed metadata."""
+    pyproject = ROOT / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+    from importlib import metadata
+    return metadata.version(DISTRIBUTION)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -221,6 +235,8 @@ def positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ernie-chat", description="Self-hosted chat on vLLM: run, plan, diagnose.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {project_version()}",
+                        help="print the project's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("up", help="set up and run the engine and the chat app").set_defaults(func=cmd_up)

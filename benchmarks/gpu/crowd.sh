@@ -370,8 +370,9 @@ case $phase in
         --out /tmp/res/crowd8-cap/capacity-app 2>&1 | tail -n 8
     up_stop ;;
   crowd-shared)  # the app asks the engine what it is once per process, not per chat,
-                 # and bounds a first message instead of counting it (docs/notes.md, "The app's
-                 # cost per chat"); then the app's CPU per token and capacity past 1,000 users
+                 # and bounds a first message instead of counting it (docs/performance.md,
+                 # "The app's cost per chat"); then the app's CPU per token and capacity
+                 # past 1,000 users
     up_start crowd-shared ERNIE_APP_WORKERS=8 ERNIE_STREAM_INTERVAL=8 || exit 1
     app_vs_direct crowd-shared 256
     app_vs_direct crowd-shared 1000

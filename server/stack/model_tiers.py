@@ -25,6 +25,7 @@ from server.settings.model_list import ModelEntry, ServedModel, on_demand_shares
 from server.stack.engine_args import EngineCopy
 from server.stack.engine_tier import EngineTier, StartupFailed
 from server.stack.on_demand import OnDemand
+from server.stack.running import RunningStack
 
 
 def tier_settings(settings: Settings, model: ServedModel, share: Optional[float]) -> Settings:
@@ -93,7 +94,7 @@ def prepare(settings: Settings, tiers: list[EngineTier], device: str,
         tier.build_commands()
 
 
-def on_demand_models(stack) -> Optional[OnDemand]:
+def on_demand_models(stack: RunningStack) -> Optional[OnDemand]:
     """Who starts and stops the models on demand, when some wait (ERNIE_MODELS_AT_ONCE) or
     idle ones stop (ERNIE_MODEL_IDLE_S); those not started first are parked asleep.
     ``stack``: server.stack.supervisor's Stack, whose tiers are made and prepared."""

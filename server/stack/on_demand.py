@@ -10,7 +10,7 @@ too.  A model's last start time (``load_s``) stays in its state file: the chat s
 41 s last time".  A woken model is warmed up as `up` warms the models it starts first
 (server/stack/warmup.py).
 
-A model stopped on purpose stays *held* (``Holds.hold``, server/stack/watch_loop.py), so the
+A model stopped on purpose stays *held* (``Holds.hold``, server/stack/running.py), so the
 watch loop takes its stop for no crash.  The work runs in one thread that lives as long as
 `up`: a child's PR_SET_PDEATHSIG fires when the thread that started it ends
 (server/stack/processes.py).
@@ -28,6 +28,7 @@ from server.metrics import NoEngineStats, fetch_metrics
 from server.model_wake import last_used
 from server.stack import warmup
 from server.stack.engine_tier import EngineTier, StartupFailed
+from server.stack.running import RunningStack
 
 # A model used this recently may have a reply on its way that its /metrics does not show yet.
 RECENT_S = 10.0
@@ -71,9 +72,10 @@ def running_requests(tier: EngineTier) -> int:
 class OnDemand:
     """The models' tiers of one `up`, woken and put to sleep by ``step`` (module docstring).
 
-    ``stack`` is server.stack.supervisor's Stack (not imported: it imports this module)."""
+    ``stack`` is server.stack.supervisor's Stack, seen as the ``RunningStack`` of
+    server/stack/running.py (the supervisor imports this module)."""
 
-    def __init__(self, stack, tiers: list[EngineTier], at_once: int, idle_s: float,
+    def __init__(self, stack: RunningStack, tiers: list[EngineTier], at_once: int, idle_s: float,
                  out: Callable[[str], None] = print,
                  requests: Callable[[EngineTier], int] = running_requests):
         self.stack, self.at_once, self.idle_s, self.out = stack, at_once, idle_s, out

@@ -3,7 +3,7 @@ and carried out step by step in a thread of its own (what each step does and wha
 change: server/stack/rolling.py).
 
 The thread holds each process while it restarts it (``Holds.hold``,
-server/stack/watch_loop.py), so the watch loop, which goes on keeping the other
+server/stack/running.py), so the watch loop, which goes on keeping the other
 processes up, takes the stop for no crash.
 """
 
@@ -16,13 +16,17 @@ from pathlib import Path
 from server.errors import ErnieChatError
 from server.settings import Settings, env_name, load_settings
 from server.stack import balancer_runtime, restart_control, rolling
-from server.stack.app_tier import Worker
+from server.stack.app_tier import AppTier, Worker
 from server.stack.engine_args import EngineCommand
+from server.stack.engine_tier import EngineTier
+from server.stack.running import RunningStack
+from server.stack.topology import Topology
 
-# ``stack`` below is server.stack.supervisor's Stack, not imported: it imports this module.
+# ``stack`` below is server.stack.supervisor's Stack, seen as the ``RunningStack`` of
+# server/stack/running.py (the supervisor imports this module).
 
 
-def begin(stack) -> None:
+def begin(stack: RunningStack) -> None:
     """A SIGHUP came: take the request (or make one from the settings as `up` reads them),
     check it, and roll in a thread, so the watch loop keeps the other processes up."""
     if stack.rolling_now.is_set():
@@ -47,7 +51,7 @@ def begin(stack) -> None:
     stack.restarts.put((new, steps, commands, progress, folder))
 
 
-def serve(stack) -> None:
+def serve(stack: RunningStack) -> None:
     """Every restart of this `up`, in one thread that lives as long as `up`: the kernel
     ends a child when the thread that started it ends (PR_SET_PDEATHSIG is per thread,
     server/stack/processes.py), so a thread per restart would take its processes with it."""
@@ -58,23 +62,38 @@ def serve(stack) -> None:
             stack.rolling_now.clear()
 
 
-def prepare(stack, new: Settings,
+def prepare(stack: RunningStack, new: Settings,
             progress: restart_control.Progress) -> tuple[list[rolling.Step], list[EngineCommand]]:
     """Refuse what cannot be done; else the steps, and each copy's command under ``new``."""
-    t = stack.topology
-    engines = stack.engines.engines if stack.engines else []
+    t, apps = planned(stack)
+    tier = stack.engines
+    engines = tier.engines if tier else []
     names = rolling.check(stack.settings, new, len(engines), t.balanced_engine,
-                          len(stack.apps.workers), t.balanced_app, stack.settings.starts_engine)
-    commands = stack.engines.reconfigure(new) if engines else []
-    stack.apps.reconfigure(new)
-    steps = rolling.plan([e.label for e in engines], [w.label for w in stack.apps.workers])
+                          len(apps.workers), t.balanced_app, stack.settings.starts_engine)
+    commands = tier.reconfigure(new) if tier and engines else []
+    apps.reconfigure(new)
+    steps = rolling.plan([e.label for e in engines], [w.label for w in apps.workers])
     progress.say("[restart] " + ("changed: " + ", ".join(env_name(n) for n in names)
                                  if names else "no setting changed; restarting every process")
                  + f"; {len(steps)} steps, one process at a time")
     return steps, commands
 
 
-def roll(stack, new: Settings, steps: list[rolling.Step], commands: list[EngineCommand],
+def planned(stack: RunningStack) -> tuple[Topology, AppTier]:
+    """The plan and the app tier: `up` makes both before its watch loop begins a restart."""
+    if stack.topology is None or stack.apps is None:
+        raise rolling.RestartRefused("the stack is still starting; ask again once it runs")
+    return stack.topology, stack.apps
+
+
+def engine_tier(stack: RunningStack) -> EngineTier:
+    """The tier whose copies the engine steps restart (``prepare`` makes them from it)."""
+    if stack.engines is None:
+        raise rolling.RestartRefused("no engine copy runs here")
+    return stack.engines
+
+
+def roll(stack: RunningStack, new: Settings, steps: list[rolling.Step], commands: list[EngineCommand],
          progress: restart_control.Progress, folder: Path) -> None:
     started = time.monotonic()
     try:
@@ -90,15 +109,17 @@ def roll(stack, new: Settings, steps: list[rolling.Step], commands: list[EngineC
         restart_control.request_file(folder).unlink(missing_ok=True)
 
 
-def restart_one(stack, step: rolling.Step, commands: list[EngineCommand],
+def restart_one(stack: RunningStack, step: rolling.Step, commands: list[EngineCommand],
                 timeout_s: float, say) -> None:
     """Out of rotation, drained, stopped, started with the new settings, back in rotation."""
     socket = stack.stats_socket
+    apps = planned(stack)[1]
     if step.tier == "engine":
-        engine = stack.engines.engines[step.index]
+        tier = engine_tier(stack)
+        engine = tier.engines[step.index]
         proc, label = engine.proc, engine.label
     else:
-        worker = stack.apps.workers[step.index]
+        worker = apps.workers[step.index]
         proc, label = worker.proc, worker.label
     if not stack.holds.hold(label, proc):
         raise rolling.RestartRefused(f"{label} is down (the supervisor is restarting it)")
@@ -117,10 +138,10 @@ def restart_one(stack, step: rolling.Step, commands: list[EngineCommand],
         proc.stop()
         say(f"[restart] {label}: stopped; starting it with the new settings")
         if step.tier == "engine":
-            stack.engines.use(engine, commands[step.index])
-            stack.engines.start(engine)
+            tier.use(engine, commands[step.index])
+            tier.start(engine)
         else:
-            stack.apps.start(worker)
+            apps.start(worker)
     finally:
         # Back in rotation even after a failed start: HAProxy's checks keep a dead process
         # out, and the watch loop's restart of it needs no drain to undo.

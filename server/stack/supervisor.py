@@ -39,6 +39,7 @@ from server.stack.engine_tier import EngineInfo, EngineTier, StartupFailed
 from server.stack.metrics_endpoint import MetricsEndpoint
 from server.stack.processes import ManagedProcess, free_port, port_free, port_problem
 from server.stack.readiness import http_ok, wait_until
+from server.stack.running import Holds, Restart
 from server.stack.topology import Topology, balancer_config, plan_topology
 
 
@@ -47,9 +48,10 @@ class Shutdown(Exception):
 
 
 class Stack:
-    """The processes of one ``up``."""
+    """The processes of one ``up``; the watch loop, the restart and the models started on demand
+    get it as a ``RunningStack`` (server/stack/running.py)."""
 
-    def __init__(self, settings: Settings, root: Path = ROOT, out=print):
+    def __init__(self, settings: Settings, root: Path = ROOT, out: Callable[[str], None] = print):
         self.settings, self.root, self.out = settings, root, out
         self.topology: Optional[Topology] = None
         self.engines: Optional[EngineTier] = None  # ERNIE_MODEL's, or the first model's
@@ -59,10 +61,10 @@ class Stack:
         self.balancer: Optional[ManagedProcess] = None
         self.info: Optional[EngineInfo] = None
         self.certificate: Optional[tls.ChatCertificate] = None
-        self.holds = watch_loop.Holds()  # the processes the watch loop leaves alone now
+        self.holds = Holds()  # the processes the watch loop leaves alone now
         self.restart_asked = threading.Event()
         self.rolling: Optional[threading.Thread] = None  # roller.serve, once the first comes
-        self.restarts: queue.Queue = queue.Queue()
+        self.restarts: queue.Queue[Restart] = queue.Queue()
         self.rolling_now = threading.Event()
         self.on_demand: Optional[on_demand.OnDemand] = None  # ERNIE_MODELS_AT_ONCE, ERNIE_MODEL_IDLE_S
 

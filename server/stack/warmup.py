@@ -6,8 +6,8 @@ vLLM compiled its top-p sampling kernel ("Triton kernel JIT compilation during
 inference: _topk_topp_kernel"): only requests that send top_p hit it, and the
 kernel is specialised by batch size (it runs for 8 or more such requests in one
 step, with separate variants for sizes that are and are not multiples of 16;
-docs/notes.md, "Measured on the H200").  So each engine copy gets what the app will
-send, in bursts of those sizes: streamed chat completions with the app's
+docs/performance.md, "The first requests after a start").  So each engine copy
+gets what the app will send, in bursts of those sizes: streamed chat completions with the app's
 sampling settings, and /tokenize with the chat template, which the app calls
 for the first message of a process.
 
@@ -16,7 +16,7 @@ Batches of more than 64 top-p requests take yet another variant (vLLM's
 The first crowd on a fresh H200 (256 chats at once, the Triton cache empty) got
 every first token 3.1 s late, all within 5 ms of each other; with bursts above 64 in the
 warm-up, the next fresh machine's first 256 chats got TTFT p50 / p99 0.48 / 0.64 s
-(docs/notes.md, "The app's cost per chat").  On a GPU two bursts above 64 cover
+(docs/performance.md, "The first requests after a start").  On a GPU two bursts above 64 cover
 it.  The CPU build has no Triton; there the warm-up stays short.
 
 A model started on demand (server/stack/on_demand.py) is warmed up once it serves, the same

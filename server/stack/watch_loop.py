@@ -8,15 +8,15 @@ ERNIE_MAX_RESTARTS times in a row; one that stayed up two minutes starts countin
 
 Others stop processes on purpose: a rolling restart (server/stack/roller.py, begun from the
 loop when SIGHUP came) and the models started on demand (server/stack/on_demand.py).  They
-first take the process (``Holds.hold``), so the loop leaves it alone and takes its stop for
-no crash.
+first take the process (``Holds.hold``, server/stack/running.py), so the loop leaves it
+alone and takes its stop for no crash.
 
-``stack`` below is server.stack.supervisor's Stack, not imported: it imports this module.
+``stack`` below is server.stack.supervisor's Stack, seen as the ``RunningStack`` of
+server/stack/running.py (the supervisor imports this module).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -24,6 +24,7 @@ from typing import Callable, Optional
 from server.stack import roller
 from server.stack.engine_tier import EngineProcess, EngineTier, StartupFailed
 from server.stack.processes import ManagedProcess
+from server.stack.running import RunningStack
 
 BACKOFF_CAP_S = 30.0
 # A process that stayed up this long is healthy again: its restart count resets.
@@ -47,34 +48,7 @@ class Child:
     failures: int = 0
 
 
-class Holds:
-    """The processes taken from the watch loop: stopped on purpose, or being restarted by it.
-
-    The lock makes "held or alive?" one step, for the loop and for whoever takes one."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.held: set[str] = set()
-
-    def hold(self, name: str, proc: ManagedProcess) -> bool:
-        """Take a running process from the watch loop; False if it is down or held already."""
-        with self.lock:
-            if name in self.held or not proc.alive():
-                return False
-            self.held.add(name)
-            return True
-
-    def release(self, name: str) -> None:
-        with self.lock:
-            self.held.discard(name)
-
-    def park(self, name: str) -> None:
-        """Hold a process that does not run yet (a model started on demand)."""
-        with self.lock:
-            self.held.add(name)
-
-
-def children(stack) -> list[Child]:
+def children(stack: RunningStack) -> list[Child]:
     found = []
     for tier in stack.tiers:
         found += [Child(e.label, e.proc, lambda e=e, tier=tier: tier.restart(e), e, tier)
@@ -86,7 +60,7 @@ def children(stack) -> list[Child]:
     return found
 
 
-def keep_up(stack) -> str:
+def keep_up(stack: RunningStack) -> str:
     """Restart whichever process dies or hangs; return why, once one cannot be kept up."""
     holds, watched = stack.holds, children(stack)
     while True:
@@ -115,7 +89,7 @@ def keep_up(stack) -> str:
         time.sleep(0.5)
 
 
-def handle_death(stack, child: Child) -> Optional[str]:
+def handle_death(stack: RunningStack, child: Child) -> Optional[str]:
     out = stack.out
     child.failures += 1
     out(f"[{child.name}] exited with code {child.proc.returncode}")

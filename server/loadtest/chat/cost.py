@@ -1,7 +1,7 @@
 """``ernie-chat bench --app-cost``: the chat app's CPU per 1,000 streamed tokens.
 
-One Chainlit process is the limit of a crowd (docs/notes.md, "Measured on the
-H200"): what matters is how many CPU-seconds the app process spends for every
+One Chainlit process is the limit of a crowd (docs/performance.md, "The
+app's CPU"): what matters is how many CPU-seconds the app process spends for every
 1,000 tokens it streams to browsers.  This starts the app (the supervisor's own
 code, on the engine given), runs ``qa-load`` bursts of long replies
 (``ignore_eos``, so every reply is exactly ``--output-len`` tokens) and reads the
