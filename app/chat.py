@@ -4,8 +4,8 @@ Run by the supervisor as ``python -m app.serve run app/chat.py --headless`` (Cha
 CLI without nest_asyncio: app/serve.py).  The handlers stay thin: streaming, history
 fitting, texts, personas, the settings panel, saved chats, attached files, export and
 Regenerate with the earlier versions it keeps live in their own modules; what every chat of
-the worker shares in app/worker.py, the chat's notices and errors in app/notices.py, the
-limits in app/admission.py and the typed commands (/status, /compare ...) in app/commands.py.
+the worker shares in app/worker.py, the chat's notices and errors in app/conversation/notices.py, the
+limits in app/conversation/admission.py and the typed commands (/status, /compare ...) in app/commands.py.
 
 Only real exchanges enter the model's history (:class:`Conversation`).  Every
 other message the chat shows (welcome, notices, errors, figures) is marked
@@ -24,25 +24,30 @@ from typing import Optional
 import chainlit as cl
 from chainlit.config import config as chainlit_config
 
-import app.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
-from app import engine_client as ec
-from app import (admin_page, auth_sessions, boot_cookie, chat_search, commands, drain, export, failover,
-                 files_dir, in_flight, live_chats, live_view, login, metrics, model_choice, oidc, origins,
-                 page_policy, regenerate, saved_chats, served_files, server_info, session_guard, session_tasks,
-                 share_page, switcher, token_count, upload_check, upload_limit)
-from app.admission import admitted, spend_tokens
-from app.attachments import prompt_with, read_files
-from app.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel, restored,
-                               sampling_extra)
-from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
-from app.live_stats import LIVE
-from app.math_text import DisplayStream, display_text
-from app.notices import lang, login_name, notice, notices_after, say_error, say_waiting, show_error
-from app.pdf_reader import PdfLimits
-from app.personas import persona
-from app.prompt_budget import PromptBudget
+import app.web.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
+from app import chat_metrics, commands
+from app.auth import auth_sessions, login, oidc
+from app.conversation import export, in_flight, regenerate, switcher
+from app.conversation.admission import admitted, spend_tokens
+from app.conversation.attachments import prompt_with, read_files
+from app.conversation.chat_settings import (BadSeed, ChatParams, MAX_SEED, apply, default_params, panel,
+                                            restored, sampling_extra)
+from app.conversation.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn
+from app.conversation.math_text import DisplayStream, display_text
+from app.conversation.notices import (lang, login_name, notice, notices_after, say_error, say_waiting,
+                                      show_error)
+from app.conversation.pdf_reader import PdfLimits
+from app.conversation.personas import persona
+from app.conversation.prompt_budget import PromptBudget
+from app.conversation.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
+from app.engine import engine_client as ec
+from app.engine import failover, model_choice, server_info, token_count
+from app.engine.recent_replies import RECENT
+from app.kept import chat_files, chat_search, drain, saved_chats
+from app.pages import admin_page, live_page, share_page
 from app.texts import FIGURES_MARK, figures_line, lang_of, refusal, text
-from app.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
+from app.web import (boot_cookie, files_dir, origins, page_policy, served_files, session_guard, session_tasks,
+                     upload_check, upload_limit)
 from app.worker import ENGINES, HTTP, SETTINGS
 from server import chat_db
 from server.demo_stamp import is_demo_model
@@ -51,7 +56,7 @@ from server.usage_log import append_usage
 
 drain.install()
 admin_page.install(SETTINGS)
-live_view.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
+live_page.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
 RESUME_NOTICE_DELAY_S = 1.0
 # Chainlit's Stop handler posts this hard-coded English text; on_stop takes it back so that
 # only the chat's own, translated notice remains (docs/notes.md, "Chainlit 2.12").
@@ -71,13 +76,13 @@ page_policy.install()
 origins.install(SETTINGS.allowed_origins)
 boot_cookie.install()
 in_flight.install()
-# Where a reply in flight is kept for another worker to carry on (app/in_flight.py): the saved
+# Where a reply in flight is kept for another worker to carry on (app/conversation/in_flight.py): the saved
 # chat's steps, or without them each live chat's files, which every worker of the box sees.
 SAVED_STEPS = saved_chats.SavedSteps()
-LIVE_CHATS = None if SETTINGS.chat_db else live_chats.LiveChats(SETTINGS.live_chats_dir).open()
+LIVE_CHATS = None if SETTINGS.chat_db else chat_files.ChatFolder(SETTINGS.live_chats_dir).open()
 if LIVE_CHATS is not None:
     LIVE_CHATS.sweep(chainlit_config.project.session_timeout)  # chats of dead workers that never came back
-    live_chats.install(LIVE_CHATS)
+    chat_files.install(LIVE_CHATS)
 
 
 async def engine_model() -> tuple[str, int]:
@@ -118,12 +123,12 @@ def max_reply_budget() -> int:
 
 
 def moved_here() -> bool:
-    """The chat's page came from an app process that is gone (app/boot_cookie.py)."""
+    """The chat's page came from an app process that is gone (app/web/boot_cookie.py)."""
     environ = cl.context.session.environ or {}
     return boot_cookie.lost_its_process(environ.get("HTTP_COOKIE"))
 
 
-def live_chat() -> live_chats.LiveChat:
+def live_chat() -> chat_files.ChatFiles:
     """This chat's files (without saved chats): by its session id, for its user."""
     user = cl.context.session.user
     return LIVE_CHATS.chat(cl.context.session.id, user.identifier if user else None)
@@ -167,14 +172,14 @@ async def take_over(partial: in_flight.Partial, store: in_flight.ReplyStore) -> 
                                               top_p=resumed.marker.top_p,
                                               max_tokens=resumed.marker.max_tokens))
         cl.user_session.set("asked_at", time.perf_counter())
-        metrics.reply_taken_over()
+        chat_metrics.reply_taken_over()
         await answer(resumed.asked_id, resumed.asked, resumed=resumed)
     session_tasks.start_stoppable(carry)
 
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
-    metrics.chat_opened()
+    chat_metrics.chat_opened()
     mapped = ENGINES.settle(lang())  # first: a forged profile picks no persona either
     chosen = persona(cl.user_session.get("chat_profile"))
     start_session(Conversation(chosen.system_prompt or SETTINGS.system_prompt))
@@ -196,7 +201,7 @@ async def on_chat_start() -> None:
         return
     await send_panel()
     welcome = (server_info.describe(lang(), cl.user_session.get("server"))
-               + "\n\n" + text(lang(), "live_link", path=live_view.PAGE))
+               + "\n\n" + text(lang(), "live_link", path=live_page.PAGE))
     if cl.user_session.get("is_demo"):
         welcome += "\n\n" + text(lang(), "demo")
     session_tasks.after_start(notice(welcome, "welcome"))  # the composer appears when it can send
@@ -235,7 +240,7 @@ async def on_message(message: cl.Message) -> None:
     # register every re-run); on_stop cancels it itself.
     cl.user_session.set("task", asyncio.current_task())
     cl.user_session.set("asked_at", time.perf_counter())  # for the usage log's stamps
-    metrics.message_received()
+    chat_metrics.message_received()
     await regenerate.withdraw()
     if not message.content.strip() and not message.elements:
         await show_error(text(lang(), "empty"), "empty")
@@ -340,7 +345,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
                         resumed: Optional[in_flight.Partial] = None) -> None:
     so_far = resumed.text if resumed else ""
     reply = cl.Message(content=so_far, metadata={"kind": "reply"}, id=resumed.step_id if resumed else None)
-    # Saved as it streams, so another process can finish it (app/in_flight.py).
+    # Saved as it streams, so another process can finish it (app/conversation/in_flight.py).
     keeper = in_flight.Keeper(reply, in_flight.marker_now(
         params.temperature, params.top_p, resumed.marker.max_tokens if resumed else max_tokens),
         reply_store(), (message_id, user_text))
@@ -355,7 +360,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     if vllm:
         extra_body.update(ec.LIVE_USAGE)  # a reply cut mid-stream goes on from its count (failover)
     chosen = ENGINES.current()
-    pieces = LIVE.track(failover.resilient_reply(
+    pieces = RECENT.track(failover.resilient_reply(
         chosen.client, model, messages, stats,
         temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens,
         extra_body=extra_body or None, can_continue=vllm, wait_s=SETTINGS.continue_wait_s,
@@ -388,7 +393,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     cl.user_session.get("budget").sent(stats.prompt_tokens)
     STREAMING.finished(stats.tokens_per_s)
     chosen.finished(stats.tokens_per_s)
-    metrics.reply_finished(stats)
+    chat_metrics.reply_finished(stats)
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
@@ -430,7 +435,7 @@ async def on_app_shutdown() -> None:
 async def on_chat_end() -> None:
     # Chainlit keeps every message of a chat in chat_context and never frees it (docs/notes.md).
     cl.chat_context.clear()
-    metrics.chat_closed()
+    chat_metrics.chat_closed()
 
 
 # --- saved chats and login (ERNIE_CHAT_DB) ----------------------------------------
@@ -451,7 +456,7 @@ if SETTINGS.chat_db is not None:
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
         chosen = persona(model_choice.thread_profile(thread))
-        metrics.chat_opened()
+        chat_metrics.chat_opened()
         conversation, versions = saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt)
         start_session(conversation)
@@ -480,7 +485,7 @@ if SETTINGS.chat_db is not None:
         return told
 
     async def carry_on(thread: dict) -> None:
-        """A reply still streaming for this chat goes on in this page (app/in_flight.py): from
+        """A reply still streaming for this chat goes on in this page (app/conversation/in_flight.py): from
         this process, or continued here where the process that made it is gone."""
         if await in_flight.attach(thread["id"]):
             return

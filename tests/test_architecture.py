@@ -43,7 +43,7 @@ def test_the_import_contracts_hold():
     # The planner must not reach up into the stack.
     ("server/plan/kv_planner.py", "from server.stack import supervisor", "cli > loadtest > app"),
     # The chat app may use only the shared modules.
-    ("app/history.py", "from server.plan import kv_planner", "imports only the shared"),
+    ("app/conversation/history.py", "from server.plan import kv_planner", "imports only the shared"),
     # Two modules of one package that import each other.
     ("server/loadtest/bench/run.py", "import server.loadtest.bench.report", "No import cycle"),
     # The load tools' shared plumbing must not reach up into a tool ...

@@ -1,4 +1,4 @@
-"""The model picker's pure parts (app/model_choice.py): which engine a chat profile names, and
+"""The model picker's pure parts (app/engine/model_choice.py): which engine a chat profile names, and
 what each profile says.  The real picker, two real engines and a forged profile over the socket
 are in tests/test_model_choice_stack.py."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine_client import ReplyStats
-from app.live_view import server_label
-from app.model_choice import RECENT_SPEEDS, Engines, model_settings
-from app.personas import PERSONAS
+from app.conversation.personas import PERSONAS
+from app.engine.engine_client import ReplyStats
+from app.engine.model_choice import RECENT_SPEEDS, Engines, model_settings
+from app.pages.live_page import server_label
 from app.texts import figures_line
 from server.settings import load_settings
 

@@ -20,7 +20,7 @@ TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
 # The reply's token count in its figures line: "... + 212 reply tokens" / "... + 回复 212 个 token".
 REPLY_TOKENS = re.compile(r"\+ (?:回复 )?(\d+)")
 # Starts app/texts "continued" in the figures line, in every language: the reply's engine
-# stopped and the reply went on on another (app/failover.py).
+# stopped and the reply went on on another (app/engine/failover.py).
 CONTINUED_MARK = "↻"
 
 
