@@ -37,7 +37,7 @@ from app.conversation.math_text import DisplayStream, display_text
 from app.conversation.notices import (lang, login_name, notice, notices_after, say_error, say_waiting,
                                       show_error)
 from app.conversation.pdf_reader import PdfLimits
-from app.conversation.personas import persona
+from app.conversation.personas import persona, profiles
 from app.conversation.prompt_budget import PromptBudget
 from app.conversation.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from app.engine import engine_client as ec
@@ -103,7 +103,7 @@ async def engine_model() -> tuple[str, int]:
 
 @cl.set_chat_profiles
 async def set_chat_profiles(user: Optional[cl.User] = None, language: Optional[str] = None):
-    return ENGINES.profiles(lang_of(language))
+    return profiles(ENGINES, lang_of(language))
 
 
 def start_session(conversation: Conversation) -> None:
@@ -393,7 +393,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     cl.user_session.get("budget").sent(stats.prompt_tokens)
     STREAMING.finished(stats.tokens_per_s)
     chosen.finished(stats.tokens_per_s)
-    chat_metrics.reply_finished(stats)
+    chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
                      stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
@@ -451,11 +451,11 @@ if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
     chat_search.install()
-    share_page.install(SETTINGS.public_url, lambda thread: ENGINES.of_thread(thread).name)
+    share_page.install(SETTINGS.public_url, lambda thread: ENGINES.pick(saved_chats.thread_profile(thread))[0].name)
 
     @cl.on_chat_resume
     async def on_chat_resume(thread: dict) -> None:
-        chosen = persona(model_choice.thread_profile(thread))
+        chosen = persona(saved_chats.thread_profile(thread))
         chat_metrics.chat_opened()
         conversation, versions = saved_chats.conversation_from_thread(
             thread, chosen.system_prompt or SETTINGS.system_prompt)

@@ -14,8 +14,6 @@ from typing import Optional
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from app.engine.engine_client import ReplyStats
-
 PREFIX = "ernie_chat"
 
 # From a fast GPU's tens of milliseconds to a loaded CPU's minute.
@@ -66,22 +64,16 @@ def message_received() -> None:
     MESSAGES.inc()
 
 
-def reply_finished(stats: ReplyStats) -> None:
-    """A reply streamed to its end: its waiting time and speed as the user saw them."""
+def reply_finished(waited_s: Optional[float], tokens_per_s: Optional[float], continued: bool) -> None:
+    """A reply streamed to its end: its user's wait for the first token and its speed (None:
+    unknown), and whether it went on on another engine."""
     REPLIES.inc()
-    if (waited := user_ttft_s(stats)) is not None:
-        TTFT.observe(waited)
-    if stats.tokens_per_s is not None:
-        TOKENS_PER_S.observe(stats.tokens_per_s)
-    if stats.continued:
+    if waited_s is not None:
+        TTFT.observe(waited_s)
+    if tokens_per_s is not None:
+        TOKENS_PER_S.observe(tokens_per_s)
+    if continued:
         CONTINUED.inc()
-
-
-def user_ttft_s(stats: ReplyStats) -> Optional[float]:
-    """From the message (or, without its time, the request) to the first token."""
-    if stats.first_token_at is None:
-        return None
-    return stats.first_token_at - (stats.asked_at if stats.asked_at is not None else stats.started)
 
 
 def error_shown(kind: str) -> None:

@@ -197,7 +197,7 @@ async def _column(engine: Engine, column: Column, question: str, job: Job,
         await job.spend(stats)  # a stopped or broken reply's tokens count too
     column.state, column.figures = DONE, figures_line(job.lang, stats, job.params.seed)
     engine.finished(stats.tokens_per_s)
-    chat_metrics.reply_finished(stats)
+    chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))
     if stats.prompt_tokens is not None and stats.completion_tokens is not None:
         append_usage(job.settings.usage_log, stats.prompt_tokens, stats.completion_tokens, stats.ttft_s,
                      stats.tokens_per_s, stats.finish_reason, stats.stamps(), job.login)

@@ -12,12 +12,12 @@ before that message (:meth:`Conversation.ask`), as Chainlit rewinds the chat.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Optional
+from typing import Optional
+
+from app.engine.token_count import Counter
 
 # A reply shorter than this is not worth sending a request for.
 MIN_REPLY_TOKENS = 16
-
-Counter = Callable[[list[dict]], Awaitable[int]]
 
 
 @dataclass

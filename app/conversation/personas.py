@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import chainlit as cl
 
+from app.engine.model_choice import Engines
+
 
 @dataclass(frozen=True)
 class Persona:
@@ -52,3 +54,13 @@ def chat_profiles(lang: str) -> list[cl.ChatProfile]:
     return [cl.ChatProfile(name=p.name, markdown_description=p.description, default=(i == 0),
                            starters=starters(p, lang))
             for i, p in enumerate(PERSONAS)]
+
+
+def profiles(engines: Engines, lang: str) -> list[cl.ChatProfile]:
+    """The chat profiles: with several models the model picker, one profile per served model
+    with its window and recent speed; with one, the personas."""
+    if not engines.several:
+        return chat_profiles(lang)
+    return [cl.ChatProfile(name=engine.name, markdown_description=engine.describe(lang), default=(i == 0),
+                           starters=starters(PERSONAS[0], lang))
+            for i, engine in enumerate(engines.all)]

@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from app.conversation.history import Conversation, Counter, FittedRequest, fit
+from app.conversation.history import Conversation, FittedRequest, fit
 from app.engine.single_flight import SingleFlight
+from app.engine.token_count import Counter
 
 # Tokens the template may add beyond the calibration (a token merging across a message's
 # edge, a tokenizer's dummy prefix space).

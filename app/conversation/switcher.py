@@ -10,7 +10,7 @@ import chainlit as cl
 
 from app.conversation import regenerate, versions
 from app.conversation.history import Conversation, Turn
-from app.kept.saved_chats import saved_metadata
+from app.conversation.saved_metadata import saved_metadata
 from app.texts import text
 
 ACTION = "version"

@@ -68,6 +68,14 @@ class ReplyStats:
     def ttft_s(self) -> Optional[float]:
         return None if self.first_token_at is None else self.first_token_at - self.started
 
+    @property
+    def user_ttft_s(self) -> Optional[float]:
+        """As the user waited: from the message (or, without its time, the request) to the
+        first token."""
+        if self.first_token_at is None:
+            return None
+        return self.first_token_at - (self.asked_at if self.asked_at is not None else self.started)
+
     def stamps(self) -> dict:
         """When the message came, the request went and the first token came back, for a load
         test to split a chat's first-token time between processes (benchmarks/gpu/burst_table.py)."""

@@ -4,11 +4,13 @@ Each served model (``Settings.served_models``) has an :class:`Engine`, made once
 the settings as that model's engine is reached (its URL, served name and window), one OpenAI
 client, one shared answer to what the server is (``app.engine.single_flight``) and the speeds of
 its last replies here.  With one model (no ERNIE_MODELS) the one engine is ERNIE_MODEL's at
-the engine settings, the settings unchanged, and the chat profiles stay the personas.
+the engine settings, the settings unchanged, and the chat profiles stay the personas
+(``app.conversation.personas.profiles`` makes either).
 
 A chat's model is its chat profile, whose name is the model's served name: Chainlit keeps it
 in the session (``cl.user_session.get("chat_profile")``) and in a saved chat's metadata, and a
-resumed chat gets it back from there (docs/notes.md, "Chainlit 2.12").  The name comes from
+resumed chat gets it back from there (``app.kept.saved_chats.thread_profile``; docs/notes.md,
+"Chainlit 2.12").  The name comes from
 the browser (the socket's ``chatProfile``): :meth:`Engines.pick` only ever looks it up among
 the served models, so a forged one reaches no URL and no file.
 
@@ -28,11 +30,9 @@ from typing import Callable, Optional
 import chainlit as cl
 from openai import AsyncOpenAI
 
-from app.conversation.personas import PERSONAS, chat_profiles, starters
 from app.engine.busy import BusyGauge
 from app.engine.server_info import ServerInfo
 from app.engine.single_flight import SingleFlight
-from app.kept.saved_chats import saved_metadata
 from app.texts import text
 from server.engine_state import read_state
 from server.model_wake import mark_used
@@ -106,12 +106,6 @@ class Engine:
         return text(lang, "model_profile", window=f"{self.settings.max_model_len:,}", speed=speed)
 
 
-def thread_profile(thread: dict) -> Optional[str]:
-    """A saved chat's chat profile, as Chainlit keeps it in the thread's metadata."""
-    profile = saved_metadata(thread.get("metadata")).get("chat_profile")
-    return profile if isinstance(profile, str) else None
-
-
 def model_settings(settings: Settings, model: ServedModel) -> Settings:
     """The settings as ``model``'s engine is reached; the settings themselves for ERNIE_MODEL."""
     return settings.serving(model) if settings.models else settings
@@ -137,10 +131,6 @@ class Engines:
         found = next((engine for engine in self.all if engine.name == profile), None)
         return found or self.all[0], found is not None or not self.several
 
-    def of_thread(self, thread: dict) -> Engine:
-        """The engine of a saved chat's model (the first for a profile that is none)."""
-        return self.pick(thread_profile(thread))[0]
-
     def current(self) -> Engine:
         """The engine of this chat's model (its chat profile's)."""
         return self.pick(cl.user_session.get("chat_profile"))[0]
@@ -154,15 +144,6 @@ class Engines:
         cl.context.session.chat_profile = first  # what a saved chat's metadata keeps
         cl.user_session.set("chat_profile", first)
         return text(lang, "model_unknown", model=first)
-
-    def profiles(self, lang: str) -> list[cl.ChatProfile]:
-        """The model picker: one profile per served model, each with its window and speed; the
-        personas with one model."""
-        if not self.several:
-            return chat_profiles(lang)
-        return [cl.ChatProfile(name=engine.name, markdown_description=engine.describe(lang), default=(i == 0),
-                               starters=starters(PERSONAS[0], lang))
-                for i, engine in enumerate(self.all)]
 
     async def close(self) -> None:
         for engine in self.all:

@@ -16,15 +16,17 @@ a proxy in front of vLLM may or may not pass /tokenize through.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Awaitable, Callable, Optional
 
 import httpx
 
-from app.conversation.history import Counter
 from app.engine.engine_client import count_tokens as count_with_vllm
 from server.settings import auth_headers
 
 VLLM, LLAMACPP, ESTIMATE = "vllm", "llamacpp", "estimate"
+
+# A prompt's length in tokens, as chat messages.
+Counter = Callable[[list[dict]], Awaitable[int]]
 
 # The estimate: ASCII text runs about 4 characters per token in common tokenizers,
 # Chinese about 1 token per character; these figures count more than that.

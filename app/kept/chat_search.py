@@ -23,7 +23,7 @@ from chainlit.server import UserParam, app, get_user_threads
 from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagination, ThreadFilter
 from fastapi import HTTPException, Request
 
-from app.kept.saved_chats import saved_metadata, step_metadata
+from app.conversation.saved_metadata import saved_metadata, step_metadata
 from app.texts import lang_of, text, without_figures
 
 PATH = "/project/threads"

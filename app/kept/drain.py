@@ -23,10 +23,15 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from app.engine.recent_replies import RECENT
-from app.pages.live_page import connected_chats
 from server.worker_drain import PATH, TOKEN_ENV
 
 CHECK_EVERY_S = 0.2
+
+
+def connected_chats() -> int:
+    """Browser tabs (and other clients) with a chat's socket open now."""
+    from chainlit.server import sio
+    return len(sio.eio.sockets)
 
 
 def idle_sockets() -> list:

@@ -13,6 +13,7 @@ import chainlit as cl
 from app.conversation import versions
 from app.conversation.history import Conversation
 from app.conversation.in_flight import MARK, Keeper, Marker, Partial, marker_of
+from app.conversation.saved_metadata import saved_metadata, step_metadata
 from app.texts import without_figures
 from server import chat_db
 
@@ -52,14 +53,11 @@ async def save_settings(session) -> None:
                                              metadata={"chat_settings": session.chat_settings})
 
 
-def saved_metadata(metadata) -> dict:
-    """Metadata as the database gives it back: on SQLite, JSON text."""
-    metadata = metadata or {}
-    return json.loads(metadata) if isinstance(metadata, str) else dict(metadata)
-
-
-def step_metadata(step: dict) -> dict:
-    return saved_metadata(step.get("metadata"))
+def thread_profile(thread: dict) -> Optional[str]:
+    """A saved chat's chat profile (its model, or with one model its persona), as Chainlit
+    keeps it in the thread's metadata."""
+    profile = saved_metadata(thread.get("metadata")).get("chat_profile")
+    return profile if isinstance(profile, str) else None
 
 
 def conversation_from_thread(thread: dict, system_prompt: str) -> tuple[Conversation, versions.Book]:

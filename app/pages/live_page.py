@@ -32,6 +32,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from app.engine.model_choice import Engine
 from app.engine.recent_replies import RECENT, Reading
 from app.engine.server_info import read_metrics
+from app.kept.drain import connected_chats
 from app.pages import share_links
 from app.texts import lang_of, text
 from app.web.own_routes import catch_all_last
@@ -72,12 +73,6 @@ def page_html(lang: str, shared: str = "", model: Optional[str] = None, unknown:
             .replace("__TITLE__", text(lang, "live_title"))
             .replace("__SHARED__", shared)
             .replace("__CONFIG__", blob).replace("__SCRIPT__", SCRIPT))
-
-
-def connected_chats() -> int:
-    """Browser tabs (and other clients) with a chat's socket open now."""
-    from chainlit.server import sio
-    return len(sio.eio.sockets)
 
 
 def server_label(shown: Sequence[Engine], several: bool) -> str:
