@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/read_attachments.py
 
-The chat reads files in a worker thread (app/chat.py), so this is the wait before
+The chat reads files in a worker thread (app/conversation/answer.py), so this is the wait before
 the reply starts, not a stall of other chats.  The files are built as in the tests
 (tests/sample_files.py).
 """

@@ -51,6 +51,8 @@ from chainlit.emitter import ChainlitEmitter
 from chainlit.session import WebsocketSession
 from chainlit.user_session import user_sessions
 
+from app.conversation.chat_settings import ChatParams
+from app.conversation.history import Conversation
 from app.conversation.token_batcher import STREAMING
 from app.engine.continuation import continuation_request
 from app.web.boot_cookie import BOOT_ID
@@ -66,7 +68,8 @@ SAVES_PER_S = 50.0
 # A writer quiet for this many of its own intervals is gone: a few missed saves.
 QUIET_SAVES = 5.0
 MARK = "in_flight"  # the metadata key of a reply still being written
-# What a resumed page takes over from the session that streams its reply (app/chat.py).
+# What a resumed page takes over from the session that streams its reply
+# (app/conversation/chat_state.py).
 SESSION_KEYS = ("conversation", "budget", "params", "server", "engine_model", "is_demo", "task",
                 "asked_at")
 
@@ -138,7 +141,11 @@ def quiet_for(marker: Marker, now: float) -> float:
 # --- this process's replies ---------------------------------------------------------------
 
 class ReplyStore(Protocol):
-    """Where a reply in flight is kept while it streams, for another process to find."""
+    """Where a chat is kept for another process to find: its reply in flight while it streams,
+    and its history."""
+
+    def keep(self, conversation: Conversation, params: ChatParams) -> None:
+        """Keep the chat's history and settings as they are now (after a reply, a new setting)."""
 
     async def save(self, keeper: "Keeper", marker: Marker) -> None:
         """Write the reply's text so far with ``marker``."""

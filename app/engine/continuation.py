@@ -7,8 +7,8 @@ continues an assistant message that ends the conversation when asked with
 ``continue_final_message`` (and no generation prompt): the model's chat template renders the
 text so far as the start of the assistant's turn, and the new tokens follow it.
 
-Pure functions only: the chat (app/chat.py) does the I/O, and a worker that takes over a
-chat from a dead one builds the same request.
+Pure functions only: the chat (app/conversation/answer.py) does the I/O, and a worker that
+takes over a chat from a dead one builds the same request.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ connections, pinned browsers too, go to the other workers), then POSTs ``PATH``.
 From then on every chat's socket that is not answering a message is closed, each
 as soon as its reply ends: its browser reconnects as after a lost worker, lands
 on another one, and the chat carries on there with its history, from the saved
-chat or the chat's files on the machine (``app/web/boot_cookie.py``, ``app/kept/chat_files.py``).  ``GET PATH`` says how many replies still stream and how
-many sockets are still open; the supervisor stops the worker when both are 0.
+chat or the chat's files on the machine (``app/web/boot_cookie.py``,
+``app/kept/carry_over.py``).  ``GET PATH`` says how many replies still stream and how many
+sockets are still open; the supervisor stops the worker when both are 0.
 
 Only the supervisor may ask: it hands each worker a token of its own start
 (``TOKEN_ENV``), sent as a bearer token.

@@ -11,6 +11,7 @@ from typing import Optional
 import chainlit as cl
 
 from app.conversation import versions
+from app.conversation.chat_settings import ChatParams
 from app.conversation.history import Conversation
 from app.conversation.in_flight import MARK, Keeper, Marker, Partial, marker_of
 from app.conversation.saved_metadata import saved_metadata, step_metadata
@@ -98,6 +99,10 @@ class SavedSteps:
     """
 
     _created: set[str] = field(default_factory=set)  # steps of replies streaming here
+
+    def keep(self, conversation: Conversation, params: ChatParams) -> None:
+        """Nothing to do: a saved chat's history is its steps, which Chainlit saves, and its
+        settings are in its metadata (:func:`save_settings`)."""
 
     async def save(self, keeper: Keeper, marker: Marker) -> None:
         await self._write(keeper, {**(keeper.reply.metadata or {}), MARK: asdict(marker)})

@@ -5,7 +5,7 @@ Each app process makes a random id when it starts and sets it as a cookie on the
 pages it serves (the HTML, not the API calls an old page keeps making).  When a
 browser's socket reconnects, it still carries the id of the process that served
 its page; a different id means that process is gone, and with it the chat's
-state in memory: the chat says so (app/chat.py), and carries on from what was kept
+state in memory: the chat says so (app/kept/carry_over.py), and carries on from what was kept
 of it, its history and any reply it was streaming (app/conversation/in_flight.py).
 A page loaded afresh gets the new id first, so a chat opened or resumed by the
 user from the sidebar is never taken for a moved one.
