@@ -110,7 +110,7 @@ async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, cli
                                  [{"role": "user", "content": "Tell me a long story."}],
                                  ec.ReplyStats(), temperature=0.7, top_p=0.9,
                                  max_tokens=TEST_MAX_MODEL_LEN - 64, extra_body={"ignore_eos": True})
-        async with aclosing(pieces):  # as app.stream_answer does
+        async with aclosing(pieces):  # as app.conversation.answer.stream_answer does
             async for _ in pieces:
                 got_tokens.set()
                 # Park in the loop body, like the app awaiting the browser, so that the

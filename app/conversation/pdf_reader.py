@@ -47,8 +47,8 @@ class Unreadable(Exception):
 
 def page_texts(data: bytes, limits: PdfLimits) -> list[str]:
     """Each page's text; raises :class:`Unreadable` when the PDF is damaged or past a limit."""
-    command = [sys.executable, "-m", "app.conversation.pdf_reader", str(limits.max_pages), str(limits.memory_mb),
-               str(limits.timeout_s), str(limits.max_text_chars)]
+    command = [sys.executable, "-m", "app.conversation.pdf_reader", str(limits.max_pages),
+               str(limits.memory_mb), str(limits.timeout_s), str(limits.max_text_chars)]
     try:
         with _READERS:
             done = subprocess.run(command, input=data, capture_output=True, timeout=limits.timeout_s,

@@ -1,11 +1,12 @@
 """A reply that outlives the engine serving it: sent again before its first token, continued after.
 
 ``stream_answer`` (app/conversation/answer.py) reads a reply's pieces from
-:func:`resilient_reply` instead of the engine's stream. When the stream fails in a way another try can mend (the engine refused
-the connection, closed it, or said it is loading: app/engine/continuation.next_step), the reply goes
-on on whichever engine answers: at once on another copy behind the balancer, or on the same
-engine once the supervisor has restarted it. The wait is bounded by ERNIE_CONTINUE_WAIT_S,
-counted from the failure; a reply that makes progress again starts a new count.
+:func:`resilient_reply` instead of the engine's stream. When the stream fails in a way another
+try can mend (the engine refused the connection, closed it, or said it is loading:
+app/engine/continuation.next_step), the reply goes on on whichever engine answers: at once on
+another copy behind the balancer, or on the same engine once the supervisor has restarted it.
+The wait is bounded by ERNIE_CONTINUE_WAIT_S, counted from the failure; a reply that makes
+progress again starts a new count.
 """
 
 from __future__ import annotations

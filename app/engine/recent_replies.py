@@ -1,9 +1,10 @@
-"""The app's own recent figures for the live view: replies streaming now, the last replies.
+"""The app's own recent figures for the live page (app/pages/live_page.py): replies streaming
+now, the last replies, and each engine's rate; the drain counts the replies still streaming.
 
 One ``RecentReplies`` per app process (``RECENT``).  The chat wraps each reply's stream
-in ``RECENT.track``, naming the reply's model; the live view reads ``snapshot``.  Rates
+in ``RECENT.track``, naming the reply's model; the live page reads ``snapshot``.  Rates
 (tokens/s) are worked out here from counters read at two moments, so any number of
-open live views see the same figure.
+open live pages see the same figure.
 """
 
 from __future__ import annotations

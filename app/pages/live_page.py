@@ -4,8 +4,9 @@ The page (app/pages/public/live.html and live.js, no outside files: nothing outs
 reachable on our machines) draws on canvases itself.  The data come from vLLM's
 /metrics (where the server has them) and from the app's own recent replies
 (``app/engine/recent_replies.RECENT``).  ``/live?shared=<token>`` also shows a shared chat's
-QR code (app/pages/share_links.py), for the audience to follow it on their phones.  With login on, the data need the chat's login cookie;
-the page itself holds nothing and says so when it gets no data.
+QR code (app/pages/share_links.py), for the audience to follow it on their phones.  With login
+on, the data need the chat's login cookie; the page itself holds nothing and says so when it
+gets no data.
 
 With several models served (ERNIE_MODELS) every model's engine is read, each on its own, and
 the page draws a line per model; ``?model=<served name>`` shows one model only.  That name

@@ -57,7 +57,7 @@ class Sample:
 
 async def app_path(client, model: str, messages: list[dict], settings: Settings,
                    max_tokens: int) -> Sample:
-    """Exactly the app's loop (app.stream_answer) with a send that does nothing."""
+    """Exactly the app's loop (app.conversation.answer.stream_answer) with a send that does nothing."""
     first_sent: list[float] = []
 
     async def send(chunk: str) -> None:
