@@ -10,9 +10,11 @@ from typing import Awaitable, Callable, Optional
 import chainlit as cl
 from chainlit.data import get_data_layer
 
-from app import compare, export, live_view, server_info, share_links, share_qr
-from app.admission import admitted, spend_tokens
-from app.notices import lang, login_name, notice, say_error, show_error
+from app.conversation import compare, export
+from app.conversation.admission import admitted, spend_tokens
+from app.conversation.notices import lang, login_name, notice, say_error, show_error
+from app.engine import server_info
+from app.pages import live_page, share_links, share_qr
 from app.texts import text
 from app.worker import ENGINES, HTTP, SETTINGS
 
@@ -54,7 +56,7 @@ async def show_status() -> None:
 
 async def compare_models(question: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> None:
     """``/compare``: the question, with the files attached to it, to every served model at once,
-    side by side (app/compare.py); one message for the user's limits, each model's tokens on
+    side by side (app/conversation/compare.py); one message for the user's limits, each model's tokens on
     their day."""
     if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
         await notice(refused, "compare_refused")
@@ -94,5 +96,5 @@ async def share_chat(on: bool) -> None:
         return
     link = share.link(SETTINGS.public_url)
     qr = cl.Image(name="qr.png", content=share_qr.png(link), display="inline", size="small")
-    await cl.Message(content=text(lang(), "shared", link=link, live=f"{live_view.PAGE}?shared={share.token}"),
+    await cl.Message(content=text(lang(), "shared", link=link, live=f"{live_page.PAGE}?shared={share.token}"),
                      elements=[qr], metadata={"kind": "share"}).send()

@@ -7,10 +7,10 @@ import logging
 
 import httpx
 
-from app import engine_client as ec
-from app import model_choice, server_info
-from app.busy import BusyGauge
-from app.user_limits import Limits, UserLimits
+from app.auth.user_limits import Limits, UserLimits
+from app.engine import engine_client as ec
+from app.engine import model_choice, server_info
+from app.engine.busy import BusyGauge
 from server.auth_store import open_store
 from server.settings import auth_headers, load_settings
 
@@ -30,5 +30,5 @@ ENGINES = model_choice.Engines(SETTINGS, ec.make_client, lambda view: (
     BusyGauge(view.busy_queue, lambda: server_info.read_metrics(HTTP, view.engine_base_url))
     if view.busy_queue is not None else None))
 _LIMITS = Limits.from_settings(SETTINGS.user_messages_per_min, SETTINGS.user_tokens_per_day)
-# Counted in the store every worker shares (app/user_limits.py); None when no limit is set.
+# Counted in the store every worker shares (app/auth/user_limits.py); None when no limit is set.
 LIMITS = UserLimits(open_store(SETTINGS.chat_db, SETTINGS.auth_db), _LIMITS) if _LIMITS.on else None

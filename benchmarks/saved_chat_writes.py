@@ -7,7 +7,7 @@ takes, and how many are lost.
 Each process stands for an app worker: its chats save their steps at once, one after the
 other in each chat, through Chainlit's SQLAlchemy data layer (``create_step``: the thread's
 read and write, then the step's), as the chat saves a reply's messages.  The data layer is
-the app's (``--config app``: app/saved_chats.py, server/chat_db.engine_options and
+the app's (``--config app``: app/kept/saved_chats.py, server/chat_db.engine_options and
 SQLITE_PRAGMAS), or Chainlit's own engine (SQLAlchemy's defaults) on a file in write-ahead
 log mode as server/chat_db.prepare_db leaves it (``chainlit-wal``: the app before it had
 its own engine), or in SQLite's default rollback-journal mode (``chainlit``).
@@ -47,7 +47,7 @@ def data_layer(path: Path, config: str):
     if config != "app":
         from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
         return SQLAlchemyDataLayer(conninfo=chat_db.data_layer_url(path))
-    from app import saved_chats
+    from app.kept import saved_chats
     return saved_chats.data_layer(str(path))
 
 

@@ -1,8 +1,8 @@
 """What logins leave behind, shared by every app worker and kept across restarts.
 
-Three things: the login throttle's counts (``app/login_throttle.py``), the session
+Three things: the login throttle's counts (``app/auth/login_throttle.py``), the session
 tokens revoked by a logout, and the time each user was last signed out everywhere
-(``ernie-chat revoke-sessions``; ``app/auth_sessions.py`` checks both on every request).
+(``ernie-chat revoke-sessions``; ``app/auth/auth_sessions.py`` checks both on every request).
 Kept in memory, they would be per worker and lost on a restart: a guesser would get a
 fresh count from each worker, and a logged-out token would work again.
 
@@ -29,7 +29,7 @@ from server.errors import ErnieChatError
 
 T = TypeVar("T")
 
-# Tables of keys: the login throttle's, and the per-user limits' (app/user_limits.py), each
+# Tables of keys: the login throttle's, and the per-user limits' (app/auth/user_limits.py), each
 # forgotten on its own horizon.
 LOGIN_KEYS, LIMIT_KEYS = "auth_login_keys", "user_limit_keys"
 KEY_TABLE = """

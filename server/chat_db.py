@@ -6,7 +6,7 @@ logs a warning when a write fails, so the tables are created (and checked) here
 before any worker starts: the documented schema lacks the ``autoCollapse``
 (and other newer StepDict) columns, and without them every step insert fails
 with only a warning (docs/notes.md, "Chainlit 2.12").  Steps are indexed by time for
-the admin page's sums per day (app/admin_figures.py).
+the admin page's sums per day (app/pages/admin_figures.py).
 
 SQLite is the embedded default: one file, one machine.  Several app workers (or
 machines) share a PostgreSQL database instead (``postgresql://user:pw@host/db``);
@@ -17,7 +17,7 @@ lock, and sync the write-ahead log only at checkpoints: with the defaults (a 5 s
 a write that waited longer failed, and Chainlit drops a step or message it cannot write
 with only a warning (docs/performance.md, "Saved chats on SQLite").
 
-One table is the app's own: ``shares``, the read-only links to chats (app/share_links.py).
+One table is the app's own: ``shares``, the read-only links to chats (app/pages/share_links.py).
 """
 
 from __future__ import annotations

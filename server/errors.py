@@ -31,7 +31,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
         ├── KillError        qa-load --kill: a part that cannot be named or found
         └── CapacityError    capacity
 
-Signals (``Shutdown``) and the chat's own refusals (``app.history.TooLong``) are
+Signals (``Shutdown``) and the chat's own refusals (``app.conversation.history.TooLong``) are
 not failures of a command and are not in this tree.  tests/test_architecture.py checks
 that the tree above is the classes' real one.
 """

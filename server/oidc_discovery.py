@@ -1,6 +1,6 @@
 """The endpoints of an OpenID Connect provider, from its discovery document.
 
-Read once at start (``app/oidc.py``) and by ``up``'s checks before anything starts, so a
+Read once at start (``app/auth/oidc.py``) and by ``up``'s checks before anything starts, so a
 wrong or unreachable ERNIE_OIDC_ISSUER stops start-up with a message, not a chat whose
 sign-in button fails.
 """

@@ -1,4 +1,4 @@
-"""What the supervisor and an app worker agree on to drain the worker (app/drain.py)."""
+"""What the supervisor and an app worker agree on to drain the worker (app/kept/drain.py)."""
 
 from __future__ import annotations
 

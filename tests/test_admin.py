@@ -1,4 +1,4 @@
-"""The admin page (app/admin_page.py, app/admin_figures.py): who reaches it, and that its
+"""The admin page (app/pages/admin_page.py, app/pages/admin_figures.py): who reaches it, and that its
 figures are those of real chats, on SQLite and on PostgreSQL, in a real Chromium too."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from app.admin_figures import MAX_DAYS, BadDays, BusyChat, Day, Report, UserDay, parse_days, sum_usage
-from app.admin_page import page_html
-from app.auth_sessions import Sessions, is_admin
+from app.auth.auth_sessions import Sessions, is_admin
+from app.pages.admin_figures import MAX_DAYS, BadDays, BusyChat, Day, Report, UserDay, parse_days, sum_usage
+from app.pages.admin_page import page_html
 from server.auth_store import open_store
 from server.loadtest.lib.chat_record import SessionRecord
 from server.loadtest.lib.chat_socket import ChatSession

@@ -43,7 +43,7 @@ def test_the_import_contracts_hold():
     # The planner must not reach up into the stack.
     ("server/plan/kv_planner.py", "from server.stack import supervisor", "cli > loadtest > app"),
     # The chat app may use only the shared modules.
-    ("app/history.py", "from server.plan import kv_planner", "imports only the shared"),
+    ("app/conversation/history.py", "from server.plan import kv_planner", "imports only the shared"),
     # Two modules of one package that import each other.
     ("server/loadtest/bench/run.py", "import server.loadtest.bench.report", "No import cycle"),
     # The load tools' shared plumbing must not reach up into a tool ...
@@ -53,6 +53,13 @@ def test_the_import_contracts_hold():
     # ... and the tools of one layer stay independent of each other.
     ("server/loadtest/users/capacity.py", "from server.loadtest.bench import run", "loadtest: the tools"),
     ("server/loadtest/lib/plots.py", "from server.loadtest.sweep import stats", "loadtest: the tools"),
+    # The app's packages import only those below them: the conversation knows nothing of where
+    # chats are kept ...
+    ("app/conversation/history.py", "from app.kept import saved_chats", "app: handlers > pages"),
+    # ... the engine and the login stay independent of each other ...
+    ("app/engine/busy.py", "from app.auth import login_throttle", "app: handlers > pages"),
+    # ... and the counters know nothing of the app.
+    ("app/chat_metrics.py", "from app.engine import engine_client", "app: handlers > pages"),
 ])
 def test_an_import_against_the_contracts_breaks_them(tmp_path, module, bad_import, contract):
     for part in ("server", "app"):

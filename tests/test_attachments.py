@@ -1,4 +1,4 @@
-"""app/attachments.py: what an attached file gives the prompt, or why it is refused.
+"""app/conversation/attachments.py: what an attached file gives the prompt, or why it is refused.
 
 The files are real (tests/sample_files.py builds PDFs, a PNG, legacy-encoded text);
 the browser test attaches some of them through Chainlit's upload.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.attachments import Attachment, Refused, prompt_with, read_attachment, read_files
-from app.pdf_reader import PdfLimits
+from app.conversation.attachments import Attachment, Refused, prompt_with, read_attachment, read_files
+from app.conversation.pdf_reader import PdfLimits
 from app.texts import refusal
 from tests import sample_files as files
 

@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from app.engine_client import error_kind
+from app.engine.engine_client import error_kind
 from server import chat_db
 from server.plan import preflight
 from server.plan.device import DeviceMemory
@@ -77,7 +77,7 @@ def test_missing_model_path_is_refused_with_the_fix():
 
 
 async def test_unreachable_engine_url_is_classified():
-    from app.engine_client import make_client
+    from app.engine.engine_client import make_client
     client = make_client(load_settings(engine_url=f"http://127.0.0.1:{free_port()}"))
     with pytest.raises(Exception) as info:
         await client.models.list()

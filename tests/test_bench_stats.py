@@ -389,7 +389,7 @@ def test_completion_body_sends_ignore_eos_and_sampling_only_when_asked():
 def test_bench_modules_import_without_the_app_environment():
     """bench and tune run where vLLM is but our app env is not: no matplotlib, openai or chainlit."""
     code = ("import sys, server.loadtest.bench.command, server.loadtest.lib.stats, server.loadtest.sweep.tune; "
-            "print(sorted(m for m in ('matplotlib', 'openai', 'chainlit', 'numpy', 'app.engine_client') "
+            "print(sorted(m for m in ('matplotlib', 'openai', 'chainlit', 'numpy', 'app.engine.engine_client') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)

@@ -258,7 +258,7 @@ def long_saved_chats_app(engine, tmp_path_factory):
 
 def test_a_reply_goes_on_after_the_page_is_reloaded_and_is_saved_whole(page_factory, long_saved_chats_app):
     """Reload mid-reply: the page opens the chat again (/thread/<id>, a new session on the same
-    app) and is sent the reply still streaming there, which finishes (app/in_flight.py)."""
+    app) and is sent the reply still streaming there, which finishes (app/conversation/in_flight.py)."""
     page = page_factory(long_saved_chats_app.app_url)
     log_in(page, "alice", "wonderland")
     send(page, "Tell me a long story.")

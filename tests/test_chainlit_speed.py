@@ -1,4 +1,4 @@
-"""app/chainlit_speed.py: building a Chainlit Message or Step no longer blocks the event loop;
+"""app/web/chainlit_speed.py: building a Chainlit Message or Step no longer blocks the event loop;
 app/serve.py: a worker's event loop keeps asyncio's C tasks."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import chainlit as cl
 from chainlit.context import ChainlitContextException
 import pytest
 
-import app.chainlit_speed as speed
-from app.personas import chat_profiles
+import app.web.chainlit_speed as speed
+from app.conversation.personas import chat_profiles
 from server.paths import ROOT
 
 
@@ -29,7 +29,7 @@ def test_chainlit_sleeps_in_every_message_and_step_and_the_app_takes_it_out(monk
     for name in speed.MODULES:                            # Chainlit as shipped
         monkeypatch.setattr(sys.modules[name], "time", time)
     build_both()
-    assert slept == [0.001, 0.001], "Chainlit no longer sleeps here: drop app/chainlit_speed.py"
+    assert slept == [0.001, 0.001], "Chainlit no longer sleeps here: drop app/web/chainlit_speed.py"
     slept.clear()
     for name in speed.MODULES:                            # as app/chat.py imports it
         monkeypatch.setattr(sys.modules[name], "time", speed.NO_SLEEP)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app import saved_chats
+from app.kept import saved_chats
 from server import chat_db
 from server.stack.processes import free_port
 from tests import postgres

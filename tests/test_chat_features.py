@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from app.attachments import Attachment, prompt_with
+from app.conversation.attachments import Attachment, prompt_with
 from tests.screenshots import screenshot_path
 from tests import sample_files as files
 from tests.conftest import start_app
@@ -84,7 +84,7 @@ def regenerate_button(page):
 
 def regenerate(page, versions: int = 2) -> str:
     """Click Regenerate; the new reply, once it shows in the old one's place with its
-    switcher at "versions/versions" (app/switcher.py)."""
+    switcher at "versions/versions" (app/conversation/switcher.py)."""
     regenerate_button(page).click()
     page.get_by_role("button", name=f"{versions}/{versions}", exact=True).wait_for(timeout=120_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=120_000)
@@ -287,7 +287,7 @@ def test_files_still_upload_after_another_app_of_the_same_checkout_stopped(
 
 def test_bad_files_are_refused_by_name_and_the_typed_text_stays(page_factory, short_app):
     page = open_chat(page_factory, short_app)
-    # An empty file never reaches the chat: the upload itself is refused (app/upload_check.py).
+    # An empty file never reaches the chat: the upload itself is refused (app/web/upload_check.py).
     page.locator("#upload-button-input").set_input_files(
         [{"name": "empty.txt", "mimeType": "text/plain", "buffer": b""}])
     page.get_by_text("Failed to upload empty.txt: empty.txt is empty").wait_for(timeout=30_000)
@@ -318,7 +318,7 @@ def test_a_50_mb_file_is_stopped_by_the_browser_and_by_the_server(page_factory, 
     assert page.locator("#chat-input").input_value() == "still here"
 
     # A client that skips the browser's check meets the server's (same session), before the
-    # body is read (app/upload_limit.py; tests/test_web_security.py sends bodies that lie).
+    # body is read (app/web/upload_limit.py; tests/test_web_security.py sends bodies that lie).
     session = next(c["value"] for c in page.context.cookies() if c["name"] == "X-Chainlit-Session-id")
     response = httpx.post(f"{short_app.app_url}/project/file", params={"session_id": session},
                           files={"file": ("big.csv", big.read_bytes(), "text/csv")}, timeout=60)

@@ -1,4 +1,4 @@
-"""Searching saved chats from the sidebar (app/chat_search.py): the matching, then the real
+"""Searching saved chats from the sidebar (app/kept/chat_search.py): the matching, then the real
 app's ``/project/threads`` with a login cookie on SQLite and on PostgreSQL (another user's
 words, a forged ``userId``, SQL wildcards, an over-long query), then Chainlit's search box
 in a real Chromium.
@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from app.chat_search import MAX_QUERY_CHARS, SearchTooLong, matches, page, query_words, searched_texts
-from app.saved_chats import data_layer
+from app.kept.chat_search import MAX_QUERY_CHARS, SearchTooLong, matches, page, query_words, searched_texts
+from app.kept.saved_chats import data_layer
 from app.texts import FIGURES_MARK, TEXTS
 from chainlit.types import Pagination
 from server import chat_db

@@ -1,13 +1,13 @@
-"""app/chat_settings.py: the seed a QA tester types in the settings panel, and a saved chat's
+"""app/conversation/chat_settings.py: the seed a QA tester types in the settings panel, and a saved chat's
 settings restored."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.chat_settings import (MAX_SEED, BadSeed, ChatParams, apply, panel, parse_seed, restored,
-                               sampling_extra)
-from app.personas import PERSONAS
+from app.conversation.chat_settings import (MAX_SEED, BadSeed, ChatParams, apply, panel, parse_seed, restored,
+                                            sampling_extra)
+from app.conversation.personas import PERSONAS
 
 PARAMS = ChatParams("sys", 0.7, 0.9, 256)
 

@@ -1,4 +1,4 @@
-"""app/compare.py's pure parts: the command, its refusals, the columns' props, the Markdown a
+"""app/conversation/compare.py's pure parts: the command, its refusals, the columns' props, the Markdown a
 saved chat keeps, and the frames' pace.  The comparison against two real vLLMs and a real
 Chromium is tests/test_compare_stack.py."""
 
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from app.compare import (DONE, EVERY_S, FAILED, STOPPED, STREAMING_STATE, Column, Frames, markdown, props,
-                         question_of, refusal)
-from app.engine_client import ReplyStats
+from app.conversation.compare import (DONE, EVERY_S, FAILED, STOPPED, STREAMING_STATE, Column, Frames,
+                                      markdown, props, question_of, refusal)
+from app.engine.engine_client import ReplyStats
 from app.texts import figures_line, text
 
 COMMAND = "/compare"
@@ -110,9 +110,9 @@ async def test_no_change_sends_only_the_last_frame():
 async def test_a_model_asleep_on_demand_is_not_woken_by_a_comparison(tmp_path):
     from openai import AsyncOpenAI
 
-    from app.chat_settings import ChatParams
-    from app.compare import ASLEEP, Job, _column
-    from app.model_choice import Engines
+    from app.conversation.chat_settings import ChatParams
+    from app.conversation.compare import ASLEEP, Job, _column
+    from app.engine.model_choice import Engines
     from server.engine_state import write_state
     from server.model_wake import used_path
     from server.settings import load_settings

@@ -1,4 +1,4 @@
-"""``/compare`` (app/compare.py) against two real vLLMs and a real Chromium.
+"""``/compare`` (app/conversation/compare.py) against two real vLLMs and a real Chromium.
 
 The engines and the app are test_model_choice_stack's: A the demo model (4096 tokens), B the
 smaller demo model (1024 tokens), whose replies differ from A's.  Which engines answered, and that Stop ended their requests, is read from

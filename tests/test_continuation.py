@@ -1,6 +1,6 @@
 """The request that continues a cut reply, and the choice between retrying, continuing and giving up."""
 
-from app.continuation import continuation_request, next_step, retry_delay_s
+from app.engine.continuation import continuation_request, next_step, retry_delay_s
 
 ASKED = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to ten."}]
 

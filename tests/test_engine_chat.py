@@ -10,13 +10,11 @@ from contextlib import aclosing
 import httpx
 import pytest
 
-from app import engine_client as ec
-# Imported here, not in a test: Chainlit writes a .chainlit/ folder into the working
-# directory it is first imported from, and the tests run in tests/.
-from app.chat_settings import ChatParams, sampling_extra
-from app.continuation import continuation_request
-from app.history import Conversation, TooLong, fit
-from app.server_info import probe
+from app.conversation.chat_settings import ChatParams, sampling_extra
+from app.conversation.history import Conversation, TooLong, fit
+from app.engine import engine_client as ec
+from app.engine.continuation import continuation_request
+from app.engine.server_info import probe
 from tests.conftest import TEST_MAX_MODEL_LEN, metric_async
 
 pytestmark = pytest.mark.engine
@@ -112,7 +110,7 @@ async def test_cancelling_the_stream_aborts_generation_on_the_server(engine, cli
                                  [{"role": "user", "content": "Tell me a long story."}],
                                  ec.ReplyStats(), temperature=0.7, top_p=0.9,
                                  max_tokens=TEST_MAX_MODEL_LEN - 64, extra_body={"ignore_eos": True})
-        async with aclosing(pieces):  # as app.stream_answer does
+        async with aclosing(pieces):  # as app.conversation.answer.stream_answer does
             async for _ in pieces:
                 got_tokens.set()
                 # Park in the loop body, like the app awaiting the browser, so that the

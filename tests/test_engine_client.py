@@ -1,4 +1,4 @@
-"""app/engine_client: the chat's reader of the engine's event stream, and its errors."""
+"""app/engine/engine_client: the chat's reader of the engine's event stream, and its errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from app.engine_client import ReplyStats, error_kind, make_client, sse_chunk, stream_reply
+from app.engine.engine_client import ReplyStats, error_kind, make_client, sse_chunk, stream_reply
 from server.settings import Settings
 
 
@@ -32,7 +32,7 @@ def test_an_error_inside_a_200_stream_raises_like_the_sdk():
 
 def test_an_engine_core_that_died_under_its_api_server_is_a_cut_reply():
     """vLLM's EngineDeadError, in a stream and as a 500 (seen on the H200 after a kill -9 of an
-    engine core): the engine stopped, so the reply goes on elsewhere (app/continuation.py)."""
+    engine core): the engine stopped, so the reply goes on elsewhere (app/engine/continuation.py)."""
     dead = ('data: {"error": {"message": "EngineCore encountered an issue. See stack trace (above) '
             'for the root cause.", "type": "InternalServerError", "code": 500}}')
     with pytest.raises(openai.APIError) as info:

@@ -1,14 +1,14 @@
-"""app/export.py: a chat as Markdown and JSON, from the conversation the model saw."""
+"""app/conversation/export.py: a chat as Markdown and JSON, from the conversation the model saw."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 
-from app.chat_settings import ChatParams
-from app.engine_client import ReplyStats
-from app.export import as_json, as_markdown, figures_of, file_stem
-from app.history import Conversation
+from app.conversation.chat_settings import ChatParams
+from app.conversation.export import as_json, as_markdown, figures_of, file_stem
+from app.conversation.history import Conversation
+from app.engine.engine_client import ReplyStats
 from app.texts import figures_line
 
 WHEN = datetime(2026, 12, 1, 14, 39, 5, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""app/failover: a reply across engines that fail under it.
+"""app/engine/failover: a reply across engines that fail under it.
 
 A fake upstream (a few lines of asyncio) plays the engine: it cuts a stream after a chosen
 number of tokens or refuses a request, which a real vLLM does not do on demand. The real
@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from app.engine_client import ReplyStats, make_client
-from app.failover import TELL_AFTER_TRIES, resilient_reply, when_engine_answers
+from app.engine.engine_client import ReplyStats, make_client
+from app.engine.failover import TELL_AFTER_TRIES, resilient_reply, when_engine_answers
 from server.engine_state import DEATH_NOTICE_S, may_come_back
 from server.settings import Settings
 
@@ -117,7 +117,7 @@ async def test_the_wait_is_bounded_and_the_text_so_far_kept():
 
 
 async def test_a_reply_another_process_began_is_continued_from_its_first_request():
-    """A takeover (app/in_flight.py): the text saved by a dead worker goes on, within what is left."""
+    """A takeover (app/conversation/in_flight.py): the text saved by a dead worker goes on, within what is left."""
     engine = Engine([("ok", 3)])
     text, stats, waits, error = await reply(engine, shown="w0 w1 w2 w3 w4 ", produced=5)
     assert error is None and text == "w5 w6 w7 "       # only the new part is yielded
@@ -133,7 +133,7 @@ async def test_a_server_that_cannot_continue_keeps_the_cut_as_an_error():
     assert error is not None and text == "w0 w1 " and len(engine.bodies) == 1
 
 
-# --- the steps before a reply (app/failover.when_engine_answers) -----------------------------
+# --- the steps before a reply (app/engine/failover.when_engine_answers) -----------------------------
 
 def failing(errors: list, value="ready"):
     """An async call that raises ``errors`` in turn, then returns ``value``; counts its calls."""

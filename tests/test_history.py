@@ -1,4 +1,4 @@
-"""app/history.py: fitting the conversation into the context window.
+"""app/conversation/history.py: fitting the conversation into the context window.
 
 The token counter here is a fake (words + a fixed overhead per message), so the
 arithmetic is easy to follow; the real engine's /tokenize is exercised by the
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from app.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn, fit
+from app.conversation.history import MIN_REPLY_TOKENS, Conversation, TooLong, Turn, fit
 
 OVERHEAD = 3  # tokens per message for the chat template's role markers
 

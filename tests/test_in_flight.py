@@ -1,13 +1,13 @@
-"""A reply in flight (app/in_flight.py): the marker it is saved with, which saved reply
+"""A reply in flight (app/conversation/in_flight.py): the marker it is saved with, which saved reply
 another process may take over, and the request that carries it on."""
 
 from __future__ import annotations
 
 import json
 
-from app import in_flight
-from app.in_flight import Marker, Partial, marker_of, orphan_of, quiet_for
-from app.saved_chats import conversation_from_thread
+from app.conversation import in_flight
+from app.conversation.in_flight import Marker, Partial, marker_of, orphan_of, quiet_for
+from app.kept.saved_chats import conversation_from_thread
 
 MARK = {"owner": "dead0001", "at": 1000.0, "every_s": 1.0, "temperature": 0.7, "top_p": 0.9,
         "max_tokens": 300}

@@ -16,7 +16,7 @@ import re
 import httpx
 import pytest
 
-from app.busy import MAX_AGE_S
+from app.engine.busy import MAX_AGE_S
 from server.loadtest.lib.chat_record import BUSY_REFUSED, LIMITED
 from server.loadtest.users.chats import AppChat
 from tests.conftest import metric_async, start_app, start_balanced_app

@@ -1,4 +1,4 @@
-"""Chats without a database kept on disk (app/live_chats.py): private files named by a hash of
+"""Chats without a database kept on disk (app/kept/chat_files.py): private files named by a hash of
 the client-chosen session id, bounded, owned by the chat's user, swept when their worker died."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from app import in_flight, live_chats
-from app.chat_settings import ChatParams
-from app.history import Conversation
-from app.in_flight import Marker, wait_for_quiet
-from app.live_chats import LiveChats, chat_record, file_key
+from app.conversation import in_flight
+from app.conversation.chat_settings import ChatParams
+from app.conversation.history import Conversation
+from app.conversation.in_flight import Marker, wait_for_quiet
+from app.kept import chat_files
+from app.kept.chat_files import ChatFolder, chat_record, file_key
 
 SESSION = "0b7d3c52-5f1e-4a43-9d6e-2a9c1f0e7b11"
 PARAMS = ChatParams("Be brief.", 0.3, 0.8, 200, seed=7)
@@ -48,7 +49,7 @@ def mode(path) -> int:
 def test_the_folder_and_every_file_are_the_owners_alone(tmp_path):
     folder = tmp_path / "live"
     folder.mkdir(mode=0o755)
-    chats = LiveChats(folder).open()
+    chats = ChatFolder(folder).open()
     chat = chats.chat(SESSION, None)
     chat.keep(conversation(("Hi", "Hello.")), PARAMS)
     asyncio.run(chat.save(keeper("Once upon"), marker()))
@@ -59,7 +60,7 @@ def test_the_folder_and_every_file_are_the_owners_alone(tmp_path):
 
 @pytest.mark.parametrize("hostile", ["../../x", "/etc/passwd", "..", "a/b", "x\0y", "é" * 300])
 def test_a_hostile_session_id_never_names_a_file(tmp_path, hostile):
-    chats = LiveChats(tmp_path / "live").open()
+    chats = ChatFolder(tmp_path / "live").open()
     chats.chat(hostile, None).keep(conversation(("Hi", "Hello.")), PARAMS)
     files = list(tmp_path.rglob("*"))
     assert files == [tmp_path / "live", tmp_path / "live" / f"{file_key(hostile)}.chat"]
@@ -68,7 +69,7 @@ def test_a_hostile_session_id_never_names_a_file(tmp_path, hostile):
 
 
 def test_the_history_and_settings_come_back_for_the_same_user_only(tmp_path):
-    chats = LiveChats(tmp_path).open()
+    chats = ChatFolder(tmp_path).open()
     talk = conversation(("Hi", "Hello."), ("More?", "Sure."))
     chats.chat(SESSION, "alice").keep(talk, PARAMS)
     kept = chats.chat(SESSION, "alice").restore()
@@ -83,7 +84,7 @@ def test_the_history_and_settings_come_back_for_the_same_user_only(tmp_path):
 
 
 def test_a_reply_in_flight_is_an_orphan_for_another_process_until_it_ends(tmp_path):
-    chats = LiveChats(tmp_path).open()
+    chats = ChatFolder(tmp_path).open()
     chat = chats.chat(SESSION, None)
     asyncio.run(chat.save(keeper("Once upon"), marker("dead0001")))
     found = chat.orphan(boot_id="alive0002")
@@ -99,7 +100,7 @@ def test_a_reply_in_flight_is_an_orphan_for_another_process_until_it_ends(tmp_pa
 
 
 def test_a_takeover_waits_for_the_writer_to_be_quiet_and_leaves_a_live_one_alone(tmp_path):
-    chat = LiveChats(tmp_path).open().chat(SESSION, None)
+    chat = ChatFolder(tmp_path).open().chat(SESSION, None)
     asyncio.run(chat.save(keeper("Once"), marker(at=1000.0)))
     partial = chat.orphan(boot_id="me")
     waited = []
@@ -120,7 +121,7 @@ def test_a_history_over_the_bound_keeps_its_newest_turns_and_what_they_were_aske
     talk = conversation(*[(f"question {i} " + "x" * 400, f"answer {i} " + "y" * 400) for i in range(10)])
     data = chat_record(talk, PARAMS, None, max_bytes=3000)
     assert len(data) <= 3000
-    kept = live_chats.kept_of(json.loads(data))
+    kept = chat_files.kept_of(json.loads(data))
     assert 0 < len(kept.conversation.turns) < 10
     assert kept.conversation.turns[-1].user.startswith("question 9")
     # The newest message is still known by its id (Regenerate, an edit), counted from the kept turns.
@@ -130,7 +131,7 @@ def test_a_history_over_the_bound_keeps_its_newest_turns_and_what_they_were_aske
 
 
 def test_no_file_over_the_bound_is_written_or_read(tmp_path):
-    chats = LiveChats(tmp_path, max_bytes=2000).open()
+    chats = ChatFolder(tmp_path, max_bytes=2000).open()
     chat = chats.chat(SESSION, None)
     asyncio.run(chat.save(keeper("z" * 3000), marker()))
     assert not chat.reply_file.exists()
@@ -138,11 +139,11 @@ def test_no_file_over_the_bound_is_written_or_read(tmp_path):
     assert chat.orphan(boot_id="me") is None
     os.symlink(tmp_path / "elsewhere.json", chat.chat_file)      # not followed
     (tmp_path / "elsewhere.json").write_text("{}")
-    assert live_chats.read_record(chat.chat_file, 2000) is None
+    assert chat_files.read_record(chat.chat_file, 2000) is None
 
 
 def test_a_session_that_ends_takes_its_files_unless_another_worker_writes_them(tmp_path):
-    chats = LiveChats(tmp_path).open()
+    chats = ChatFolder(tmp_path).open()
     mine, theirs = chats.chat(SESSION, None), chats.chat("other-session", None)
     mine.keep(conversation(("Hi", "Hello.")), PARAMS)
     asyncio.run(mine.save(keeper("Once"), marker()))
@@ -154,11 +155,11 @@ def test_a_session_that_ends_takes_its_files_unless_another_worker_writes_them(t
 
 
 def test_the_sweep_removes_old_files_of_dead_workers_only(tmp_path):
-    chats = LiveChats(tmp_path).open()
+    chats = ChatFolder(tmp_path).open()
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "chainlit"])
     try:
         deadline = time.monotonic() + 10  # its command line shows once it has started
-        while not live_chats.is_worker(worker.pid) and time.monotonic() < deadline:
+        while not chat_files.is_worker(worker.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         def old(name: str, pid: int) -> None:
             path = tmp_path / name
@@ -179,8 +180,8 @@ def test_the_sweep_removes_old_files_of_dead_workers_only(tmp_path):
 def test_when_chainlit_ends_a_session_its_chats_files_go(tmp_path, monkeypatch):
     from chainlit.session import WebsocketSession
     monkeypatch.setattr(WebsocketSession, "delete", WebsocketSession.delete)  # put back after
-    chats = LiveChats(tmp_path).open()
-    live_chats.install(chats)
+    chats = ChatFolder(tmp_path).open()
+    chat_files.install(chats)
     chats.chat(SESSION, None).keep(conversation(("Hi", "Hello.")), PARAMS)
     session = WebsocketSession(id=SESSION, socket_id="sid-1", emit=None, emit_call=None, user_env={},
                                client_type="webapp")

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.engine_client import ReplyStats
-from app.live_stats import MIN_RATE_INTERVAL_S, LiveStats, Reading
-from app.live_view import DATA, PAGE, choose, page_html, read_engines
+from app.engine.engine_client import ReplyStats
+from app.engine.recent_replies import MIN_RATE_INTERVAL_S, RecentReplies, Reading
+from app.pages.live_page import DATA, PAGE, choose, page_html, read_engines
 from app.texts import lang_of
 from server.metrics import EngineMetrics
 from server.passwords import hash_password
@@ -36,7 +36,7 @@ def metrics(generated: int, running=1, waiting=0, kv=0.25) -> EngineMetrics:
 
 
 def test_rates_come_from_two_readings_and_close_readings_reuse_the_last():
-    live = LiveStats()
+    live = RecentReplies()
     assert live.rate("engine", 100, now=10.0) == 0.0           # one reading: no rate yet
     assert live.rate("engine", 300, now=12.0) == 100.0         # 200 tokens in 2 s
     assert live.rate("engine", 310, now=12.0 + MIN_RATE_INTERVAL_S / 2) == 100.0
@@ -52,7 +52,7 @@ async def reply(stats, n):
 
 
 async def test_track_counts_pieces_and_records_each_reply_that_began():
-    live = LiveStats()
+    live = RecentReplies()
     stats = ReplyStats(started=100.0)
     seen = []
     async for piece in live.track(reply(stats, 11), stats):
@@ -83,7 +83,7 @@ async def test_track_counts_pieces_and_records_each_reply_that_began():
 
 
 def test_snapshot_uses_the_engine_where_it_has_metrics_else_the_app():
-    live = LiveStats()
+    live = RecentReplies()
     live.snapshot(10.0, [Reading("m", metrics(1000))], chats=2)
     engine = live.snapshot(11.0, [Reading("m", metrics(1400, running=3, waiting=2))], chats=2)
     assert (engine["tokens_per_s"], engine["running"], engine["waiting"]) == (400.0, 3, 2)
@@ -97,7 +97,7 @@ def test_snapshot_uses_the_engine_where_it_has_metrics_else_the_app():
 
 
 def test_each_model_has_its_own_rate_the_top_sums_them_and_shows_the_fullest_kv():
-    live = LiveStats()
+    live = RecentReplies()
     live.snapshot(10.0, [Reading("a", metrics(1000)), Reading("b", metrics(50))], chats=3)
     both = live.snapshot(12.0, [Reading("a", metrics(1200, running=2, waiting=1, kv=0.1)),
                                 Reading("b", metrics(850, running=5, waiting=0, kv=0.6))], chats=3)
@@ -116,7 +116,7 @@ def test_each_model_has_its_own_rate_the_top_sums_them_and_shows_the_fullest_kv(
 
 
 async def test_replies_name_their_model_and_one_models_figures_have_only_its_own():
-    live = LiveStats()
+    live = RecentReplies()
     for model in ("a", "b", "b"):
         stats = ReplyStats(started=0.0)
         async for _ in live.track(reply(stats, 3), stats, model):

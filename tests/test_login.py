@@ -19,10 +19,10 @@ import time
 import httpx
 import pytest
 
-from app import device_cookie
-from app.device_cookie import MAX_AGE_S, DeviceCookies
-from app.login_throttle import (ADDRESS_FREE_FAILURES, FREE_FAILURES, DelayPolicy, LoginThrottle, Plan,
-                                Policies, address_key, attempt_plan, forgive, schedule)
+from app.auth import device_cookie
+from app.auth.device_cookie import MAX_AGE_S, DeviceCookies
+from app.auth.login_throttle import (ADDRESS_FREE_FAILURES, FREE_FAILURES, DelayPolicy, LoginThrottle, Plan,
+                                     Policies, address_key, attempt_plan, forgive, schedule)
 from server.auth_store import AuthStoreError, SqliteStore
 from server.passwords import hash_password
 from server.stack.processes import free_port

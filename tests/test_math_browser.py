@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from app.math_text import display_text
+from app.conversation.math_text import display_text
 from tests.screenshots import screenshot_path
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)
     ASSISTANT, USER, ask, browser, log_in, open_chat, page_factory, send)

@@ -1,4 +1,4 @@
-"""app/math_text.py: math kept for the chat's KaTeX rendering, currency dollars shown as
+"""app/conversation/math_text.py: math kept for the chat's KaTeX rendering, currency dollars shown as
 dollars, code untouched, and the rewrite safe to apply again."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 import asyncio
 
-from app.math_text import DisplayStream, display_text, frame
+from app.conversation.math_text import DisplayStream, display_text, frame
 
 
 @pytest.mark.parametrize("raw, shown", [

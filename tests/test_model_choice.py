@@ -1,4 +1,4 @@
-"""The model picker's pure parts (app/model_choice.py): which engine a chat profile names, and
+"""The model picker's pure parts (app/engine/model_choice.py): which engine a chat profile names, and
 what each profile says.  The real picker, two real engines and a forged profile over the socket
 are in tests/test_model_choice_stack.py."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine_client import ReplyStats
-from app.live_view import server_label
-from app.model_choice import RECENT_SPEEDS, Engines, model_settings
-from app.personas import PERSONAS
+from app.conversation.personas import PERSONAS, profiles
+from app.engine.engine_client import ReplyStats
+from app.engine.model_choice import RECENT_SPEEDS, Engines, model_settings
+from app.kept.saved_chats import thread_profile
+from app.pages.live_page import server_label
 from app.texts import figures_line
 from server.settings import load_settings
 
@@ -31,7 +32,7 @@ def test_one_model_keeps_the_settings_and_the_personas_as_profiles():
     assert not one.several and one.all[0].settings.engine_base_url == settings.engine_base_url
     # Any profile (a persona) is this one model, never "unknown".
     assert one.pick("Translator") == (one.all[0], True) and one.pick(None) == (one.all[0], True)
-    assert [p.name for p in one.profiles("en")] == [p.name for p in PERSONAS]
+    assert [p.name for p in profiles(one, "en")] == [p.name for p in PERSONAS]
 
 
 def test_each_model_gets_its_port_name_and_window_and_only_a_served_name_picks_it():
@@ -50,14 +51,14 @@ def test_the_profiles_show_each_window_and_the_median_of_recent_speeds():
     big, small = several.all
     for speed in (10.0, 30.0, None, 20.0):
         small.finished(speed)  # None: a reply without a speed counts nothing
-    profiles = several.profiles("en")
-    assert [p.name for p in profiles] == ["big", "small"] and profiles[0].default and not profiles[1].default
-    assert profiles[0].markdown_description == "Context window: 8,192 tokens. Recent speed: no replies yet."
-    assert "2,048" in profiles[1].markdown_description and "20.0 tokens/s" in profiles[1].markdown_description
-    assert "每秒 20.0 个 token" in several.profiles("zh")[1].markdown_description
+    shown = profiles(several, "en")
+    assert [p.name for p in shown] == ["big", "small"] and shown[0].default and not shown[1].default
+    assert shown[0].markdown_description == "Context window: 8,192 tokens. Recent speed: no replies yet."
+    assert "2,048" in shown[1].markdown_description and "20.0 tokens/s" in shown[1].markdown_description
+    assert "每秒 20.0 个 token" in profiles(several, "zh")[1].markdown_description
     for _ in range(RECENT_SPEEDS):
         small.finished(100.0)
-    assert "100.0 tokens/s" in several.profiles("en")[1].markdown_description
+    assert "100.0 tokens/s" in profiles(several, "en")[1].markdown_description
 
 
 def test_the_figures_line_and_the_live_view_name_the_model_only_when_given():
@@ -71,8 +72,8 @@ def test_the_figures_line_and_the_live_view_name_the_model_only_when_given():
 
 def test_a_saved_chat_names_its_model_from_its_metadata_else_the_first():
     several = engines(models="/models/big:8192,org/small:2048")
-    assert several.of_thread({"metadata": {"chat_profile": "small"}}).name == "small"
-    assert several.of_thread({"metadata": '{"chat_profile": "small"}'}).name == "small"  # SQLite's text
+    assert several.pick(thread_profile({"metadata": {"chat_profile": "small"}}))[0].name == "small"
+    assert several.pick(thread_profile({"metadata": '{"chat_profile": "small"}'}))[0].name == "small"  # SQLite's text
     for thread in ({"metadata": {"chat_profile": "evil"}}, {"metadata": {"chat_profile": ["small"]}},
                    {"metadata": None}, {"metadata": "{}"}, {}):
-        assert several.of_thread(thread).name == "big", thread
+        assert several.pick(thread_profile(thread))[0].name == "big", thread

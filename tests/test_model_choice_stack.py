@@ -1,4 +1,4 @@
-"""Choosing the model in the chat (app/model_choice.py), against two real vLLMs and a real Chromium.
+"""Choosing the model in the chat (app/engine/model_choice.py), against two real vLLMs and a real Chromium.
 
 Two vLLM processes serve the demo model, the second from a copy of its folder (so it is served
 under another name) with a smaller window; the app runs with ERNIE_MODELS naming both, saved

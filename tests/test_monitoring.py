@@ -39,8 +39,8 @@ TOKEN = "t0ken-for-the-metrics-endpoint"
 
 
 def count_in_a_worker(folder: Path, code: str) -> None:
-    """``code`` run against app.metrics in a worker-like process that then exits."""
-    subprocess.run([sys.executable, "-c", f"from app import metrics\n{code}"], check=True, timeout=60,
+    """``code`` run against app.chat_metrics in a worker-like process that then exits."""
+    subprocess.run([sys.executable, "-c", f"from app import chat_metrics as metrics\n{code}"], check=True, timeout=60,
                    env={"PROMETHEUS_MULTIPROC_DIR": str(folder), "PATH": "/usr/bin:/bin"},
                    cwd=Path(__file__).resolve().parent.parent)
 
@@ -69,7 +69,7 @@ def test_workers_figures_are_added_up_and_a_gone_workers_chats_are_not_open(endp
 
 def test_a_sign_in_the_provider_vouched_for_but_the_rules_refuse_is_counted(endpoint):
     served, url = endpoint
-    count_in_a_worker(served.path, "import asyncio\nfrom app import oidc\n"
+    count_in_a_worker(served.path, "import asyncio\nfrom app.auth import oidc\n"
                       "rules = oidc.Rules('email', 'groups', ('example.org',), (), None, frozenset())\n"
                       "on_oauth = oidc.make_callback(rules, None, 'idp')\n"
                       "claims = {'email': 'eve@elsewhere.net', 'email_verified': True}\n"

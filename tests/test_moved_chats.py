@@ -1,7 +1,7 @@
 """A dead worker's chats without saved chats (the default: no login, no chat database), for
 real: `ernie-chat up` with two app workers behind HAProxy, one killed with SIGKILL while its
 chat's reply streams.  The chat's socket comes back, as the browser's does, to the other
-worker, which finds the chat's files (app/live_chats.py) by the session id and carries the
+worker, which finds the chat's files (app/kept/chat_files.py) by the session id and carries the
 reply on into the same message, then the chat on with its history.
 """
 
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.live_chats import file_key
+from app.kept.chat_files import file_key
 from server.loadtest.lib import kills
 from server.loadtest.lib.chat_record import FIGURES_TAIL, SessionRecord
 from server.loadtest.lib.chat_socket import ChatSession

@@ -1,4 +1,4 @@
-"""Sign-in through an OpenID Connect provider: who gets in and as what (``app/oidc.py``), and the
+"""Sign-in through an OpenID Connect provider: who gets in and as what (``app/auth/oidc.py``), and the
 whole flow in a real Chromium against a real provider.
 
 The provider is npm's ``oidc-provider`` (a certified OpenID Connect implementation), run by
@@ -23,8 +23,8 @@ import jwt
 import pytest
 from fastapi import HTTPException
 
-from app.auth_sessions import Sessions
-from app.oidc import Admitted, OidcProvider, Refused, Rules, decide, refusal_page
+from app.auth.auth_sessions import Sessions
+from app.auth.oidc import Admitted, OidcProvider, Refused, Rules, decide, refusal_page
 from server.auth_store import open_store
 from server.oidc_discovery import OidcError, discover, endpoints_from
 from server.paths import ROOT

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.model_choice import Engines
+from app.engine.model_choice import Engines
 from server import engine_state, model_wake
 from server.plan import models
 from server.plan.device import DeviceMemory

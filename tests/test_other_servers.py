@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import token_count
-from app.engine_client import count_tokens, make_client
-from app.server_info import ServerInfo, choose_model, choose_window, describe, probe, read_metrics
-from app.single_flight import SingleFlight
+from app.engine import token_count
+from app.engine.engine_client import count_tokens, make_client
+from app.engine.server_info import ServerInfo, choose_model, choose_window, describe, probe, read_metrics
+from app.engine.single_flight import SingleFlight
 from server.settings import load_settings
 from tests import openai_standin
 from tests.conftest import ROOT, start_app

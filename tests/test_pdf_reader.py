@@ -1,4 +1,4 @@
-"""app/pdf_reader.py: crafted PDF bombs cost a bounded time and memory, in a child process.
+"""app/conversation/pdf_reader.py: crafted PDF bombs cost a bounded time and memory, in a child process.
 
 The bombs are real files (tests/sample_files.py): a small file with thousands of
 pages, and one whose compressed page content unpacks to tens of MB of operators.
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from app.attachments import Refused, read_attachment
-from app.pdf_reader import PdfLimits, Unreadable, page_texts
+from app.conversation.attachments import Refused, read_attachment
+from app.conversation.pdf_reader import PdfLimits, Unreadable, page_texts
 from app.texts import refusal
 from tests import sample_files as files
 

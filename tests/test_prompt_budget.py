@@ -1,4 +1,4 @@
-"""app/prompt_budget.py: a chat's next prompt bounded from its last one, exact near the limit.
+"""app/conversation/prompt_budget.py: a chat's next prompt bounded from its last one, exact near the limit.
 
 The first tests count with a stand-in tokenizer (two bytes per token plus a template of
 three tokens per message and two at the end), so the arithmetic can be followed; the
@@ -15,10 +15,10 @@ import random
 import httpx
 import pytest
 
-from app import engine_client as ec
-from app.history import Conversation, fit
-from app.prompt_budget import (PromptBudget, Template, first_bound, grown_bound, template_overhead,
-                               text_bound)
+from app.conversation.history import Conversation, fit
+from app.conversation.prompt_budget import (PromptBudget, Template, first_bound, grown_bound,
+                                            template_overhead, text_bound)
+from app.engine import engine_client as ec
 from tests.conftest import TEST_MAX_MODEL_LEN
 
 PER_MESSAGE, AT_END = 3, 2
@@ -117,7 +117,7 @@ async def test_a_history_that_did_not_only_grow_is_counted_exactly(change):
 
 
 def test_the_bound_holds_only_for_a_prompt_that_grew_from_the_known_one():
-    from app.prompt_budget import Known
+    from app.conversation.prompt_budget import Known
     known = Known([{"role": "user", "content": "hi"}], 10, 0)
     grown = known.messages + [{"role": "assistant", "content": "你好"}, {"role": "user", "content": "ok"}]
     assert grown_bound(known, grown, 5) == 10 + (6 + 5) + (2 + 5)

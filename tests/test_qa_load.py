@@ -167,7 +167,7 @@ def test_a_chat_follows_the_apps_events_to_a_complete_reply():
 
 
 def test_a_welcome_sent_after_on_chat_start_ended_opens_the_chat():
-    """The app's order (app/session_tasks.py): on_chat_start's task_end, then the welcome."""
+    """The app's order (app/web/session_tasks.py): on_chat_start's task_end, then the welcome."""
     session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"))
     opening = opening_events({"id": "w", "metadata": {"kind": "welcome"}, "output": "Hi"})
     welcome = opening.pop(4)
@@ -274,7 +274,7 @@ async def test_hundred_chats_at_once_each_get_their_own_complete_reply(engine, s
                                     QA_SESSIONS, QA_TIMEOUT_S)
     asked = {path: n - before[path] for path, n in engine_requests(log).items()}
     # One probe for the process's chats and one measurement of the template
-    # (app/single_flight.py), short first messages bounded, not counted (prompt_budget).
+    # (app/engine/single_flight.py), short first messages bounded, not counted (prompt_budget).
     # Each chat asking for itself made 100 /v1/models and 200-300 /tokenize here.
     assert asked["/v1/chat/completions"] >= QA_SESSIONS, asked
     assert asked["/v1/models"] <= 2 and asked["/tokenize"] <= 3, asked
@@ -389,7 +389,7 @@ def test_a_chat_moved_without_saved_chats_fails_its_reply_with_the_apps_word():
 
 
 def test_a_chat_moved_without_saved_chats_but_kept_follows_its_reply_to_the_end():
-    """Back on another worker that found the chat's files (app/live_chats.py): the app says the
+    """Back on another worker that found the chat's files (app/kept/chat_files.py): the app says the
     chat moved with its history kept, and carries the reply on in the same message: continued."""
     session = chat_socket.ChatSession(SessionRecord(0, "[qa abcdef s000]", "prompt"), reconnect=True)
     session.opened.set()
@@ -444,7 +444,7 @@ def test_a_chat_started_again_between_two_messages_does_not_end_the_next_one():
 async def closing_app(closed: set[int]):
     """A socket.io endpoint at the app's path that opens and answers chats with the app's
     events (``opening_events``, ``reply_events``), and closes the connections numbered in
-    ``closed`` (from 1) as soon as they opened, as a drained worker closes them (app/drain.py:
+    ``closed`` (from 1) as soon as they opened, as a drained worker closes them (app/kept/drain.py:
     no goodbye). Yields its URL, the connections' socket ids, and ``drop`` that closes one so."""
     sio = socketio.AsyncServer(async_mode="asgi")
     connections: list[str] = []

@@ -26,7 +26,8 @@ import asyncpg
 import httpx
 import pytest
 
-from app import boot_cookie, in_flight
+from app.conversation import in_flight
+from app.web import boot_cookie
 from server import chat_db
 from server.loadtest.lib import kills
 from server.loadtest.lib.chat_record import FIGURES_TAIL, SessionRecord
@@ -232,7 +233,7 @@ def test_a_dead_engine_copy_costs_no_chat_its_replies_go_on_on_the_other(stack):
 
 def page_of_worker(url: str, worker: int, cookie: str = "") -> str:
     """The cookies a browser pinned to ``worker`` holds after loading the chat page there:
-    the login (if any), the pin, and the page's boot id (app/boot_cookie.py)."""
+    the login (if any), the pin, and the page's boot id (app/web/boot_cookie.py)."""
     pinned = "; ".join(c for c in (cookie, f"{STICKY_COOKIE}=w{worker}") if c)
     with httpx.Client(base_url=url, timeout=30) as http:
         page = http.get("/", headers={"Cookie": pinned})
@@ -244,7 +245,7 @@ def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack, 
     """Kill worker 1 while its chat's reply streams: the chat on worker 0 goes on untouched;
     the one on worker 1 reconnects as its browser would (its session id, cookies and thread),
     is told that it lost its process, and sees its reply finish, carried on by worker 0 from
-    the text saved while it streamed (app/in_flight.py); the saved chat holds the reply whole,
+    the text saved while it streamed (app/conversation/in_flight.py); the saved chat holds the reply whole,
     and the chat carries on with its history."""
     login = login_cookie(stack.url)
     browsers = [page_of_worker(stack.url, w, login) for w in (0, 1)]

@@ -1,7 +1,7 @@
 """The session-id attack, performed on the real chat: an id that is a path must not reach Chainlit.
 
 A raw socket.io client chooses its own session id, as an attacker's would.  Without
-app/session_guard.py, Chainlit 2.12 stores ``../../x`` or ``/abs/path`` as the id, deletes
+app/web/session_guard.py, Chainlit 2.12 stores ``../../x`` or ``/abs/path`` as the id, deletes
 that directory when the session is cleared, and writes uploads into it.
 """
 
@@ -16,7 +16,7 @@ import httpx
 import pytest
 import socketio
 
-from app.session_guard import contained_dir, valid_session_id
+from app.web.session_guard import contained_dir, valid_session_id
 from server.paths import ROOT
 
 SOCKET_PATH = "/ws/socket.io"

@@ -1,4 +1,4 @@
-"""Sharing a saved chat by link and QR code (app/share_links.py, app/share_page.py).
+"""Sharing a saved chat by link and QR code (app/pages/share_links.py, app/pages/share_page.py).
 
 The store and the page's rendering run here against a real SQLite chat database
 through Chainlit's own data layer; the whole path (``/share`` in the chat, the page
@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import share_links, share_qr
-from app.history import Conversation
-from app.saved_chats import data_layer
-from app.share_page import POLICY, not_found_html, page_html
+from app.conversation.history import Conversation
+from app.kept.saved_chats import data_layer
+from app.pages import share_links, share_qr
+from app.pages.share_page import POLICY, not_found_html, page_html
 from server import chat_db
 from server.settings import load_settings
 from server.stack.processes import free_port

@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from app.engine_client import ReplyStats
+from app.engine.engine_client import ReplyStats
 from app.texts import TEXTS, figures_line, lang_of, text
 
 

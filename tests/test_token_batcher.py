@@ -1,4 +1,4 @@
-"""app/token_batcher.py: streamed tokens go out in a few frames, none lost or reordered;
+"""app/conversation/token_batcher.py: streamed tokens go out in a few frames, none lost or reordered;
 fewer frames when many replies stream, the first piece always at once."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from app.token_batcher import (FLUSH_EVERY_S, FRAMES_PER_S, MAX_EVERY_S, RATE_WEIGHT, SECONDS_PER_CHAR,
-                               Streaming, TokenBatcher, engine_piece_tokens, flush_interval)
+from app.conversation.token_batcher import (FLUSH_EVERY_S, FRAMES_PER_S, MAX_EVERY_S, RATE_WEIGHT,
+                                            SECONDS_PER_CHAR, Streaming, TokenBatcher, engine_piece_tokens,
+                                            flush_interval)
 
 
 class FakeClock:
@@ -185,7 +186,7 @@ def test_the_engine_groups_tokens_only_when_pieces_still_come_twice_per_frame():
 @pytest.mark.engine
 async def test_the_real_engine_groups_tokens_per_piece_with_the_same_text(engine):
     """vLLM's per-request stream_interval: the first token alone, then N per piece."""
-    from app import engine_client as ec
+    from app.engine import engine_client as ec
     settings, _ = engine
     client = ec.make_client(settings)
     messages = [{"role": "user", "content": "Tell me about the sea."}]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from app import boot_cookie
+from app.web import boot_cookie
 from server.chat_db import without_password
 from server.errors import ErnieChatError
 from server.settings import load_settings

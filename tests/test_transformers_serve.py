@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.server_info import read_metrics
+from app.engine.server_info import read_metrics
 from tests.conftest import ROOT, start_app
 from tests.openai_standin import wait_until_serving
 from tests.test_browser import (  # noqa: F401 (browser and page_factory are fixtures)

@@ -12,9 +12,10 @@ from collections import deque
 
 import pytest
 
-from app import busy, user_limits
+from app.auth import user_limits
+from app.auth.user_limits import DAY_S, Limits, Rate, Refusal, UserLimits, admit, spend_tokens, user_key
+from app.engine import busy
 from app.texts import duration
-from app.user_limits import DAY_S, Limits, Rate, Refusal, UserLimits, admit, spend_tokens, user_key
 from server.auth_store import SqliteStore
 from server.metrics import EngineMetrics
 

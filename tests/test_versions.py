@@ -1,4 +1,4 @@
-"""app/versions.py: the versions a regeneration or an edit keeps, which one the history
+"""app/conversation/versions.py: the versions a regeneration or an edit keeps, which one the history
 holds, and the switcher's payloads, which come from the browser and are checked."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from app import versions
-from app.history import Conversation, Turn
-from app.saved_chats import conversation_from_thread
+from app.conversation import versions
+from app.conversation.history import Conversation, Turn
+from app.kept.saved_chats import conversation_from_thread
 from app.texts import FIGURES_MARK as MARK
 
 

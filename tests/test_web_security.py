@@ -1,9 +1,9 @@
 """Attacks on the chat's HTTP and socket surface, made against the real app behind HAProxy.
 
 Another site's page calling the API or opening a chat socket with the user's cookies
-(app/origins.py), an upload larger than the limit or of unbounded length
-(app/upload_limit.py), and an uploaded HTML page served back into our origin
-(app/served_files.py).  The app runs with two workers behind HAProxy, as a GPU
+(app/web/origins.py), an upload larger than the limit or of unbounded length
+(app/web/upload_limit.py), and an uploaded HTML page served back into our origin
+(app/web/served_files.py).  The app runs with two workers behind HAProxy, as a GPU
 machine runs it, and without an engine: none of this needs one.
 """
 
@@ -221,7 +221,7 @@ async def test_an_uploaded_picture_still_shows_inline(balanced_app):
     assert served.headers["x-content-type-options"] == "nosniff"
 
 
-# --- draining a worker (app/drain.py): the supervisor's alone ----------------------------------
+# --- draining a worker (app/kept/drain.py): the supervisor's alone ----------------------------------
 
 def drain_tokens(stack: Stack) -> list[str]:
     """Each of this stack's workers' drain token, from its environment (as root, the test can

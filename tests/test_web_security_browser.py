@@ -1,8 +1,8 @@
 """Attacks through the chat's pages, in a real Chromium against the real engine (demo model).
 
-A PDF bomb attached in the chat (app/pdf_reader.py), an uploaded HTML page opened
-from its link (app/served_files.py), and a markdown image that would carry the chat
-to another server (app/page_policy.py).  Each time the chat must keep working.
+A PDF bomb attached in the chat (app/conversation/pdf_reader.py), an uploaded HTML page opened
+from its link (app/web/served_files.py), and a markdown image that would carry the chat
+to another server (app/web/page_policy.py).  Each time the chat must keep working.
 """
 
 from __future__ import annotations

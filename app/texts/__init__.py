@@ -33,8 +33,8 @@ def text(lang: str, key: str, **values) -> str:
 def figures_line(lang: str, stats, seed: int | None = None, taken_over: bool = False,
                  model: str | None = None) -> str:
     """The reply's figures; its marks say when it went on after its engine (``stats.continued``)
-    or its chat server (``taken_over``: app/in_flight.py) stopped; ``model`` starts it when
-    several models are served (app/model_choice.py)."""
+    or its chat server (``taken_over``: app/conversation/in_flight.py) stopped; ``model`` starts it when
+    several models are served (app/engine/model_choice.py)."""
     ttft = f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else "–"
     tps = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s else "– tok/s"
     line = text(lang, "figures", ttft=ttft, tps=tps,

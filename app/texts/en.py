@@ -24,7 +24,7 @@ TEXTS: dict[str, str] = {
             "its replies are word salad. It shows the stack working; set `ERNIE_MODEL` to a "
             "real checkpoint for real answers.",
     "figures": "{ttft} to first token · {tps} · {prompt} prompt + {completion} reply tokens",
-    # The model picker (app/model_choice.py), with ERNIE_MODELS
+    # The model picker (app/engine/model_choice.py), with ERNIE_MODELS
     "model_profile": "Context window: {window} tokens. Recent speed: {speed}.",
     "model_speed": "{tps} tokens/s (median of the last replies)",
     "model_no_replies": "no replies yet",
@@ -121,7 +121,7 @@ TEXTS: dict[str, str] = {
     "export_you": "You",
     "export_settings": "Settings",
     "export_model": "Model",
-    # The live view (app/live_view.py)
+    # The live view (app/pages/live_page.py)
     "live_title": "ernie-chat live",
     "live_tokens": "Tokens per second",
     "live_requests": "Requests running / waiting",
@@ -135,7 +135,7 @@ TEXTS: dict[str, str] = {
     "live_app_down": "The chat app does not answer.",
     "live_unknown_model": "No model of that name is served here; showing every model.",
     "login_throttled": "Too many failed logins: try again in {seconds} s.",
-    # Sign-in through an OpenID Connect provider, refused (app/oidc.py)
+    # Sign-in through an OpenID Connect provider, refused (app/auth/oidc.py)
     "oidc_refused_title": "No access to this chat",
     "oidc_not_allowed": "You signed in as <b>{name}</b>, but that account may not use this chat "
                         "(it is outside the allowed e-mail domains or groups). Ask an "
@@ -155,7 +155,7 @@ TEXTS: dict[str, str] = {
     "when_min": "{n} min",
     "when_h": "{h} h {m} min",
     "when_unknown": "a short while",
-    # The admin page (app/admin_page.py)
+    # The admin page (app/pages/admin_page.py)
     "admin_title": "ernie-chat admin",
     "admin_period": "The last {days} days, {first} to {last} (UTC). Other periods: ?days=N "
                     "(1 to {max}); the same figures as JSON: {json}.",
@@ -183,7 +183,7 @@ TEXTS: dict[str, str] = {
     "admin_not_admin": "Your login ({user}) is not an admin: the admin page is for those named in "
                        "ERNIE_ADMINS or in the provider's ERNIE_OIDC_ADMIN_GROUP.",
     "admin_bad_days": "days must be a whole number from 1 to {max}, not {value}.",
-    # Shared chats (app/share_links.py, app/share_page.py)
+    # Shared chats (app/pages/share_links.py, app/pages/share_page.py)
     "shared": "🔗 This chat is shared, read-only: {link}\n\nAnyone with the link can read it, "
               "and follow it as it goes on, but not write in it. `/unshare` takes the link "
               "back. For an audience: [the QR code on the live view]({live}).",
@@ -199,7 +199,7 @@ TEXTS: dict[str, str] = {
     "share_untitled": "Shared chat",
     "search_too_long": "The search is too long: at most {limit} characters. Search for a few "
                        "words of the chat.",
-    # /compare (app/compare.py)
+    # /compare (app/conversation/compare.py)
     "compare_usage": "Type `{command} <question>` to send one question to every served model at "
                      "once and see their replies side by side.",
     "compare_needs_models": "`{command}` needs several models: set `ERNIE_MODELS` with two or "

@@ -240,8 +240,8 @@ ab_rounds() {  # ab_rounds PHASE PREPARE VARIANT...: each variant in turn on a s
     done
 }
 client_variant() {  # the chat's HTTP client: aiohttp (this checkout's) or httpx's pool
-    if [ "$1" = httpx ]; then cp .gpu/engine_client_httpx.py app/engine_client.py
-    else cp /tmp/engine_client_aiohttp.py app/engine_client.py; fi
+    if [ "$1" = httpx ]; then cp .gpu/engine_client_httpx.py app/engine/engine_client.py
+    else cp /tmp/engine_client_aiohttp.py app/engine/engine_client.py; fi
     echo ERNIE_APP_WORKERS=8
 }
 workers_variant() { echo "ERNIE_APP_WORKERS=${1#w}"; }
@@ -323,7 +323,7 @@ case $phase in
         --kill engine:1@25 --reply-timeout-s 240 --no-plots --out /tmp/res/failover-2copies/qa 2>&1 | tail -n 25
     up_stop ;;
   failover-saved)  # failover's kills with login and saved chats (SQLite): a dead worker's replies
-                    # are taken over by another worker (app/in_flight.py)
+                    # are taken over by another worker (app/conversation/in_flight.py)
     export ERNIE_QA_PASSWORD=qa-load-password-4711
     up_start failover-saved ERNIE_ENGINE_COPIES=2 ERNIE_STREAM_INTERVAL=8 \
         ERNIE_USERS="qa:$ERNIE_QA_PASSWORD" ERNIE_CHAT_DB=/tmp/res/failover-saved/chats.db || exit 1
@@ -490,12 +490,12 @@ PY
     profile_worker /tmp/res/burst-profile-paused
     up_stop ;;
   clients-ab)  # the chat's client sending through aiohttp (this checkout) against httpx's pool
-               # (this checkout's app/engine_client.py with make_client as it was at 5b3b907,
+               # (this checkout's app/engine/engine_client.py with make_client as it was at 5b3b907,
                # carried as .gpu/engine_client_httpx.py; session-1203a/'s first call carried
                # 5b3b907's whole file), in alternating order (A B B A)
-    [ -f /tmp/engine_client_aiohttp.py ] || cp app/engine_client.py /tmp/engine_client_aiohttp.py
+    [ -f /tmp/engine_client_aiohttp.py ] || cp app/engine/engine_client.py /tmp/engine_client_aiohttp.py
     ab_rounds clients-ab client_variant aiohttp httpx httpx aiohttp aiohttp httpx; rc=$?
-    cp /tmp/engine_client_aiohttp.py app/engine_client.py; exit $rc ;;
+    cp /tmp/engine_client_aiohttp.py app/engine/engine_client.py; exit $rc ;;
   workers-ab)  # 12 app workers against the default 8, alternating (the bursts'
                # timeline put ~85 ms of the app's ~120 before the handler: the queue of 125
                # messages each of 8 workers takes at once)

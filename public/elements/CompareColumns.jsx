@@ -1,4 +1,4 @@
-// The replies of /compare side by side: one column per model (app/compare.py sends the props
+// The replies of /compare side by side: one column per model (app/conversation/compare.py sends the props
 // again while they stream). Plain text with its line breaks: a reply's Markdown shows as typed,
 // and the message's own text holds it rendered (public/chat.css hides it beside the columns).
 export default function CompareColumns() {

@@ -57,11 +57,11 @@ def worker_log_path(main_log: Path, index: int) -> Path:
 class Worker:
     def __init__(self, index: int, port: int, proc: ManagedProcess, host: str, drain_token: str = ""):
         self.index, self.port, self.proc, self.host = index, port, proc, host
-        self.drain_token = drain_token  # app/drain.py: only the supervisor may drain it
+        self.drain_token = drain_token  # app/kept/drain.py: only the supervisor may drain it
 
     def drain(self, start: bool) -> dict:
         """Ask the worker to move its chats away (``start``) or only how far it got: its
-        replies streaming and chats' sockets open (app/drain.py)."""
+        replies streaming and chats' sockets open (app/kept/drain.py)."""
         headers = {"Authorization": f"Bearer {self.drain_token}"}
         url = self.url + worker_drain.PATH
         answer = (httpx.post if start else httpx.get)(url, headers=headers, timeout=5)

@@ -12,7 +12,7 @@ Chat sessions live in the memory of the worker that opened them (Chainlit's
 buttons, file uploads and reconnects are HTTP requests that look the session up
 there.  So the chat frontend pins a browser to its worker with a cookie that
 HAProxy inserts into the first answer; when that worker is down, ``redispatch``
-sends the browser to a live one, where the chat says it was moved (app/boot_cookie.py).
+sends the browser to a live one, where the chat says it was moved (app/web/boot_cookie.py).
 
 The engine frontend has no stickiness: any copy can serve any request, since
 the chat sends the whole history every time.
@@ -145,7 +145,7 @@ def render_haproxy(config: BalancerConfig) -> str:
                   "", f"backend {front.name}_servers", "    balance leastconn",
                   f"    option httpchk GET {front.health_path}"]
         if front.sticky:
-            # The workers see the browser's own address, for the login throttle (app/login.py).
+            # The workers see the browser's own address, for the login throttle (app/auth/login.py).
             lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly"
                       f"{' secure' if front.tls_pem else ''}",
                       "    option forwardfor"]
@@ -219,7 +219,7 @@ def retry_elsewhere(front: Frontend) -> list[str]:
     for a request whose ``msg_state`` is not DONE at that moment), so ``http-buffer-request``
     waits for the body first; a request larger than one buffer (tune.bufsize, 16 kB, less
     its 1 kB reserve) still gets only connection-failure retries, and the app's own retry
-    (app/failover.py) covers it. ``redispatch 1``: every retry goes to another server, not
+    (app/engine/failover.py) covers it. ``redispatch 1``: every retry goes to another server, not
     the dead one again. 500 is not retried: vLLM says that for a request that failed, which
     would fail on the other copy too.
     """

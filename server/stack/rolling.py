@@ -7,7 +7,7 @@ the new settings, waits until it serves, and puts it back:
 * an engine copy is drained (``state drain``): no new request reaches it, and it
   is stopped once HAProxy counts no stream on it;
 * an app worker is put in maintenance (``state maint``: even browsers pinned to it
-  go elsewhere) and asked to move its chats (app/drain.py): each chat's socket
+  go elsewhere) and asked to move its chats (app/kept/drain.py): each chat's socket
   closes once its reply ends, its browser reconnects to another worker, and the
   worker is stopped once it streams nothing and holds no socket.
 

@@ -1,8 +1,8 @@
 """``ernie-chat bench --app-overhead``: what the chat app's streaming path costs a reply.
 
 The app reads the engine through the official OpenAI client
-(``app/engine_client.stream_reply``) and groups tokens into websocket frames
-(``app/token_batcher.TokenBatcher``); both do Python work per token.  This
+(``app/engine/engine_client.stream_reply``) and groups tokens into websocket frames
+(``app/conversation/token_batcher.TokenBatcher``); both do Python work per token.  This
 times that path against the cheapest reader of the same stream, httpx on the
 engine's SSE lines, on the same engine and with the same request.  The two
 paths alternate (A B B A), so a change in the machine's load hits both
@@ -29,8 +29,8 @@ from typing import AsyncIterator, Optional
 import httpx
 from pydantic import SecretStr
 
-from app import engine_client as ec
-from app.token_batcher import TokenBatcher
+from app.conversation.token_batcher import TokenBatcher
+from app.engine import engine_client as ec
 from server.loadtest.lib.config import BenchConfig, BenchError
 from server.loadtest.lib.prompts import prepare
 from server.loadtest.lib.stream import StreamError
@@ -57,7 +57,7 @@ class Sample:
 
 async def app_path(client, model: str, messages: list[dict], settings: Settings,
                    max_tokens: int) -> Sample:
-    """Exactly the app's loop (app.stream_answer) with a send that does nothing."""
+    """Exactly the app's loop (app.conversation.answer.stream_answer) with a send that does nothing."""
     first_sent: list[float] = []
 
     async def send(chunk: str) -> None:

@@ -89,7 +89,7 @@ class ChatEvents:
                 if (self._rejoining and not record.resumed and self.sent_at is not None
                         and not metadata.get("kept")):
                     # A new chat there, which found nothing of this one: the reply is gone, as
-                    # the app says. A kept chat's reply shows again (app/live_chats.py).
+                    # the app says. A kept chat's reply shows again (app/kept/chat_files.py).
                     record.error = "the chat moved to another app process, which lost the reply"
                     self.turn_done.set()
             elif kind == "error":
@@ -112,7 +112,7 @@ class ChatEvents:
 
     def _open_when_started(self) -> None:
         """The chat is open once on_chat_start is over and its first message came, in either
-        order: the app sends the welcome after on_chat_start's task_end (app/session_tasks.py)."""
+        order: the app sends the welcome after on_chat_start's task_end (app/web/session_tasks.py)."""
         if (self.record.welcomed or self.record.moved or self.record.error) and not self._starting:
             self.opened.set()
 

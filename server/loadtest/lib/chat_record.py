@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-# app/chat.py ends a finished reply with the figures (app/texts.figures_line) as a paragraph
+# app/conversation/answer.py ends a finished reply with the figures (app/texts.figures_line) as a paragraph
 # of their own, which gives the speed in tok/s in every language.
 FIGURES_TAIL = re.compile(r"\n\n[^\n]*tok/s[^\n]*")
 SHOWN_ERROR = "the app showed an error: "
@@ -20,7 +20,7 @@ TAG = re.compile(r"\[qa [0-9a-f]{6} s\d+\]")
 # The reply's token count in its figures line: "... + 212 reply tokens" / "... + 回复 212 个 token".
 REPLY_TOKENS = re.compile(r"\+ (?:回复 )?(\d+)")
 # Starts app/texts "continued" in the figures line, in every language: the reply's engine
-# stopped and the reply went on on another (app/failover.py).
+# stopped and the reply went on on another (app/engine/failover.py).
 CONTINUED_MARK = "↻"
 
 
@@ -107,7 +107,7 @@ class SessionRecord:
         return outcome_of(self)
 
 
-# The app's answers instead of a reply (app/chat.py limit_hit, by their message's kind): the
+# The app's answers instead of a reply (app/conversation/admission.py limit_hit, by their message's kind): the
 # user was over a limit, or the engine's queue was full with ERNIE_BUSY_ACTION=refuse.
 LIMITED, BUSY_REFUSED = "limited", "busy_refused"
 REFUSALS = (LIMITED, BUSY_REFUSED)

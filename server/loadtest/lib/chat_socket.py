@@ -34,7 +34,7 @@ CONNECT_TIMEOUT_S = 30.0
 # 5 s (its reconnectionDelay, reconnectionDelayMax), here for about a minute in all.
 RECONNECT_DELAYS_S = (1.0, 2.0, 4.0) + (5.0,) * 10
 # After coming back, how long a chat waits for its reply to show signs of life: a worker
-# taking over a dead one's reply waits for its writer to be quiet first (app/in_flight.py).
+# taking over a dead one's reply waits for its writer to be quiet first (app/conversation/in_flight.py).
 REJOIN_WAIT_S = 30.0
 # Between two messages, how many sockets a chat opens before one stays open until the chat
 # opened on it: the worker one reaches may be drained right then (`ernie-chat restart`) and

@@ -1,0 +1,257 @@
+"""Talk to the engine through the official OpenAI client: stream a reply and time it.
+
+Nothing here knows about Chainlit, so the integration tests drive exactly the
+code the app uses against a real vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Iterator, Optional
+
+import aiohttp
+import httpx
+import httpx2
+import openai
+from openai import AsyncOpenAI
+
+from server.settings import Settings, auth_headers
+
+
+def make_client(settings: Settings) -> AsyncOpenAI:
+    """The chat's client: the SDK's own, sending through aiohttp (its ``DefaultAioHttpClient``).
+
+    Its default transport, httpcore's pool, walks every connection on each request and on
+    each response's end, probing each idle one's socket (``getpeername`` and ``poll``): in
+    a burst, with a hundred connections kept, that was 19 % of a worker's CPU, and a request
+    cost 3.4-3.8 ms of CPU against 1.4-2.1 ms through aiohttp; a worker's message, 8.1 ms
+    against 5.1 (docs/performance.md, "The HTTP client's pool"). Requests, errors and timeouts stay
+    the SDK's: the transport turns aiohttp's exceptions into httpx2's (see ``error_kind``).
+    """
+    # The read timeout is per socket read (aiohttp's sock_read, as httpx's), so it bounds the
+    # wait for the *next* token rather than the whole reply: a long answer never times out,
+    # a hung engine does.
+    timeout = httpx.Timeout(connect=5.0, read=settings.request_timeout_s, write=10.0, pool=5.0)
+    # Idle connections go well before the engine closes them (settings.engine_keepalive_s): a
+    # request sent on one just as the server closes it would fail as "engine not reachable".
+    limits = httpx2.Limits(max_connections=1000, keepalive_expiry=settings.app_keepalive_s)
+    return AsyncOpenAI(
+        base_url=f"{settings.engine_base_url}/v1",
+        api_key=settings.api_key_value or "not-needed",
+        timeout=timeout,
+        max_retries=0,  # a retried chat request would double-bill the GPU and confuse Stop
+        http_client=openai.DefaultAioHttpClient(limits=limits),
+    )
+
+
+@dataclass
+class ReplyStats:
+    """Figures shown under a reply; token counts come from the stream's usage.
+
+    Times are ``time.perf_counter()``, which on Linux reads the machine's monotonic clock
+    (CLOCK_MONOTONIC, as ``time.monotonic``): other processes of the machine can compare them.
+    """
+
+    started: float = field(default_factory=time.perf_counter)  # the request to the engine
+    asked_at: Optional[float] = None  # the user's message reached the chat's handler
+    first_token_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    finish_reason: Optional[str] = None
+    continued: int = 0  # times the reply went on on another engine after its own stopped
+
+    @property
+    def ttft_s(self) -> Optional[float]:
+        return None if self.first_token_at is None else self.first_token_at - self.started
+
+    @property
+    def user_ttft_s(self) -> Optional[float]:
+        """As the user waited: from the message (or, without its time, the request) to the
+        first token."""
+        if self.first_token_at is None:
+            return None
+        return self.first_token_at - (self.asked_at if self.asked_at is not None else self.started)
+
+    def stamps(self) -> dict:
+        """When the message came, the request went and the first token came back, for a load
+        test to split a chat's first-token time between processes (benchmarks/gpu/burst_table.py)."""
+        return {"message": self.asked_at, "request": self.started, "first_token": self.first_token_at}
+
+    @property
+    def tokens_per_s(self) -> Optional[float]:
+        """Decode speed: reply tokens after the first, over the time after the first."""
+        if not (self.completion_tokens and self.first_token_at and self.finished_at):
+            return None
+        span = self.finished_at - self.first_token_at
+        return (self.completion_tokens - 1) / span if span > 0 and self.completion_tokens > 1 else None
+
+
+# openai 3.x sends through httpx2, whose errors are not httpx's. A stream that breaks
+# or stalls while we read it is reported with the SDK's own exceptions, as its typed
+# stream does, so error_kind tells the user "cut" or "timeout", not "internal".
+READ_TIMEOUTS = (httpx2.TimeoutException, httpx.TimeoutException)
+READ_FAILURES = (httpx2.TransportError, httpx.TransportError)
+# vLLM's usage in every chunk, not only the last: a reply cut mid-stream is continued with
+# max_tokens less what it had, and its figures count both parts (app/engine/continuation.py).
+LIVE_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def sse_chunk(line: str) -> Optional[dict]:
+    """The JSON of one ``data:`` line of the event stream; None for anything else.
+
+    Raises openai.APIError for an error sent inside a 200 stream (vLLM does that,
+    docs/notes.md), as the SDK's own stream reader would.
+    """
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if not data or data == "[DONE]":
+        return None
+    chunk = json.loads(data)
+    if isinstance(chunk, dict) and chunk.get("error"):
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise openai.APIError(message if isinstance(message, str) and message
+                              else "An error occurred during streaming", request=None, body=error)
+    return chunk
+
+
+async def stream_reply(
+    client: AsyncOpenAI,
+    model: str,
+    messages: list[dict],
+    stats: ReplyStats,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    extra_body: Optional[dict] = None,
+) -> AsyncIterator[str]:
+    """Yield the reply's text pieces as they arrive, filling ``stats`` on the way.
+
+    The official client sends the request and turns HTTP errors into its exceptions;
+    the chunks are read as plain JSON lines.  The SDK's own stream builds a typed
+    object per chunk: 100-116 us of CPU per token here against 4.5 us for this
+    (benchmarks/cpu-vs-vllm-bench.md), which cost the chat 4-10 % of the demo model's
+    tokens/s on 2 cores.
+
+    The response is used inside ``async with`` so that leaving early (Stop, an error,
+    a cancelled task) closes it, which makes vLLM abort the request instead of
+    generating to the end for nobody.  Consume this generator inside
+    ``contextlib.aclosing``: a cancel that lands in the *consumer's* loop body
+    leaves the generator suspended at ``yield``, and without aclosing its
+    ``async with`` only runs when the garbage collector gets to it, seconds later.
+    """
+    # The body goes as extra_body, which the client sends as given: its typed parameters
+    # are walked against the SDK's TypedDicts first, 0.25 ms of CPU per message here, so
+    # 1.2 ms for a first message and 9 ms for a 20-turn chat, on every request
+    # (docs/performance.md, "The app's cost per message"). The typed ``messages`` it needs is
+    # empty and replaced by the body's.
+    body = {"messages": messages, "temperature": temperature, "top_p": top_p,
+            "max_tokens": max_tokens, "stream_options": {"include_usage": True},
+            **(extra_body or {})}  # vLLM's own sampling fields, e.g. ignore_eos for load tests
+    request = client.chat.completions.with_streaming_response.create(
+        model=model, messages=(), stream=True, extra_body=body)
+    async with request as response:
+        try:
+            async for line in response.iter_lines():
+                chunk = sse_chunk(line)
+                if chunk is None:
+                    continue
+                if usage := chunk.get("usage"):
+                    stats.prompt_tokens = usage.get("prompt_tokens")
+                    stats.completion_tokens = usage.get("completion_tokens")
+                for choice in chunk.get("choices") or ():
+                    if choice.get("finish_reason"):
+                        stats.finish_reason = choice["finish_reason"]
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        if stats.first_token_at is None:
+                            stats.first_token_at = time.perf_counter()
+                        yield text
+        except READ_TIMEOUTS as exc:
+            raise openai.APITimeoutError(request=response.http_response.request) from exc
+        except READ_FAILURES as exc:
+            raise openai.APIConnectionError(request=response.http_response.request) from exc
+    stats.finished_at = time.perf_counter()
+
+
+def causes(exc: Optional[BaseException]) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (``raise ... from``), newest first."""
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__
+
+
+# What an API server whose engine core died answers, inside a stream or as an HTTP 500: the
+# engine stopped, as when the connection closes.  vLLM's EngineDeadError (v1/engine/
+# exceptions.py), and the RuntimeError of its output executor, already shut down, that a
+# request arriving in the moment between the core's death and the server's sees.
+ENGINE_DEAD = ("EngineCore encountered an issue", "cannot schedule new futures after shutdown")
+# The connection broke after the request went: the engine closed it (it died or restarted
+# under the request), which is not "nothing listens there".
+CUT = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, httpx2.ReadError,
+       httpx2.RemoteProtocolError, httpx.ReadError, httpx.RemoteProtocolError)
+
+
+def said(exc: BaseException) -> str:
+    """An error's text, with the body of the HTTP answer behind it (httpx leaves it out)."""
+    response = getattr(exc, "response", None)
+    try:
+        body = response.text if isinstance(response, (httpx.Response, httpx2.Response)) else ""
+    except (httpx.ResponseNotRead, httpx2.ResponseNotRead):  # a stream's: its body is not read
+        body = ""
+    return f"{exc} {body}"
+
+
+def error_kind(exc: BaseException) -> str:
+    """Sort an exception from the client into the cases the chat explains differently."""
+    found = list(causes(exc))
+    # The aiohttp transport maps every aiohttp.ClientConnectionError, a refused or dropped
+    # connection included, to httpx2.ConnectTimeout: what the engine did is in the cause.
+    if any(isinstance(cause, aiohttp.ClientConnectorError) for cause in found):
+        return "unreachable"
+    if any(isinstance(cause, CUT) or (isinstance(cause, aiohttp.ClientConnectionError)
+                                      and not isinstance(cause, asyncio.TimeoutError)) for cause in found):
+        return "cut"
+    if any(dead in said(cause) for cause in found for dead in ENGINE_DEAD):
+        return "cut"  # vLLM's API server outlived its engine core for a moment
+    if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
+        return "timeout"
+    if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
+        return "unreachable"
+    status = (exc.response.status_code if isinstance(exc, httpx.HTTPStatusError)
+              else exc.status_code if isinstance(exc, openai.APIStatusError) else None)
+    if status == 503:
+        return "loading"
+    if status == 502:  # the balancer's: the engine copy it chose closed the connection
+        return "cut"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return "engine_error"
+    if isinstance(exc, openai.AuthenticationError):
+        return "auth"
+    if isinstance(exc, openai.BadRequestError):
+        # vLLM and OpenAI say the first, llama.cpp's server the second.
+        too_long = ("maximum context length", "exceeds the available context size")
+        return "too_long" if any(s in str(exc) for s in too_long) else "bad_request"
+    if isinstance(exc, openai.NotFoundError):
+        return "model_missing"
+    if isinstance(exc, openai.APIError):
+        return "engine_error"
+    return "internal"
+
+
+async def count_tokens(http: httpx.AsyncClient, base_url: str, model: str,
+                       messages: list[dict], api_key: Optional[str] = None) -> int:
+    """Exact prompt length: vLLM's /tokenize applies the model's own chat template."""
+    response = await http.post(
+        f"{base_url}/tokenize",
+        json={"model": model, "messages": messages, "add_generation_prompt": True},
+        headers=auth_headers(api_key),
+    )
+    response.raise_for_status()
+    return int(response.json()["count"])
