@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.attachments import read_attachment  # noqa: E402
-from tests import sample_files as files  # noqa: E402
+from tests.support import sample_files as files  # noqa: E402
 
 MB = 2**20
 LIMIT = 10 * MB
