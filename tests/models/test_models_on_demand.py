@@ -116,7 +116,12 @@ async def chat_with(up: Up, profile: str, prompt: str, thread_id: str = "",
         handle(event, data)
     chat.sio.on("*", on_event)
     assert await chat.open(up.url, headers={"Cookie": cookie}, thread_id=thread_id), chat.record.error
-    await asyncio.sleep(5)  # what the chat sends after it opens (a resume's notices come 1 s late)
+    # What the chat sends after it opens, up to its last notice: a new chat's welcome, or the
+    # model's notice of a reopened one (after its saved steps, 1 s late).
+    deadline = time.monotonic() + 60
+    while not any(kind in ("welcome", "model_asleep") for kind, _ in seen):
+        assert time.monotonic() < deadline, f"the chat did not finish opening: {seen}"
+        await asyncio.sleep(0.1)
     when_open(list(seen))
     chat.next_turn(prompt)
     await asyncio.wait_for(chat.ask(), 400)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -69,20 +70,29 @@ def sticky_haproxy(upstreams, tmp_path):
     process.stop()
 
 
+def logged(log: Path, *patterns: str, timeout_s: float = 60) -> str:
+    """HAProxy's log once it has every pattern (it logs each change of a server's state)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(re.search(p, text := log.read_text() if log.exists() else "") for p in patterns):
+        assert time.monotonic() < deadline, f"not logged in {timeout_s} s: {patterns}\n{text}"
+        time.sleep(0.1)
+    return text
+
+
 def served_by(url: str, n: int = 6) -> set[str]:
     return {httpx.get(url + "/", timeout=10).text for _ in range(n)}
 
 
-def test_servers_whose_checks_time_out_still_get_the_requests(upstreams, haproxy):
+def test_servers_whose_checks_time_out_still_get_the_requests(upstreams, haproxy, tmp_path):
     for server in upstreams:
         server.health_delay_s = 5          # past `timeout check 2s`: both are marked down
-    time.sleep(6)
+    logged(tmp_path / "haproxy.log", r"/engine0 is DOWN", r"/engine1 is DOWN")
     replies = [httpx.get(haproxy + "/", timeout=10) for _ in range(6)]
     assert {r.status_code for r in replies} == {200}, [r.text for r in replies]
     assert {r.text for r in replies} == {f"served by {s.server_port}" for s in upstreams}
 
 
-def test_a_pinned_browser_keeps_its_worker_while_every_check_times_out(upstreams, sticky_haproxy):
+def test_a_pinned_browser_keeps_its_worker_while_every_check_times_out(upstreams, sticky_haproxy, tmp_path):
     """A chat lives in one worker's memory: a saturated machine (every check late) must not
     scatter a browser's page, socket and uploads over the workers ("Session not found")."""
     browsers = [httpx.Client(base_url=sticky_haproxy, timeout=10) for _ in range(2)]
@@ -90,19 +100,19 @@ def test_a_pinned_browser_keeps_its_worker_while_every_check_times_out(upstreams
     assert len(set(first)) == 2, first
     for server in upstreams:
         server.health_delay_s = 5
-    time.sleep(6)
+    logged(tmp_path / "haproxy.log", r"/chat0 is DOWN", r"/chat1 is DOWN")
     for browser, server in zip(browsers, first):
         assert {browser.get("/").text for _ in range(6)} == {server}
     newcomer = httpx.Client(base_url=sticky_haproxy, timeout=10)
     assert len({newcomer.get("/").text for _ in range(6)}) == 1
 
 
-def test_a_dead_server_leaves_rotation_and_the_other_takes_everything(upstreams, haproxy):
+def test_a_dead_server_leaves_rotation_and_the_other_takes_everything(upstreams, haproxy, tmp_path):
     assert len(served_by(haproxy)) == 2
     dead = upstreams[0]
     dead.shutdown()
     dead.server_close()
-    time.sleep(3)                          # two failed checks 1 s apart
+    logged(tmp_path / "haproxy.log", r"/engine0 is DOWN")  # two failed checks 1 s apart
     assert served_by(haproxy) == {f"served by {upstreams[1].server_port}"}
 
 

@@ -213,7 +213,7 @@ def test_supervisor_killed_leaves_no_engine_behind(stack):
 def test_engine_that_cannot_start_is_refused_with_the_fix(env, expected, tmp_path):
     up = Up(tmp_path, **env)
     assert up.proc.wait(timeout=300) == 1
-    time.sleep(0.5)  # let the reader thread take the last lines
+    up.reader.join(timeout=30)  # the reader thread has taken the last lines
     assert "ERROR: " in up.output() and expected in up.output(), up.output()
     assert "restarting" not in up.output() and "Traceback" not in up.output()
 

@@ -29,20 +29,22 @@ def test_a_guesser_keeps_alice_out_neither_on_her_browser_nor_on_a_new_one(balan
     status, _, earlier = login(app, "alice", "wonderland", "127.0.0.4")
     assert status == 200
     known = {device_cookie.COOKIE: earlier.cookies[device_cookie.COOKIE]}
-    stop, guesses = threading.Event(), []
+    stop, guesses, refused = threading.Event(), [], threading.Event()
 
     def guesser():
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             sent = []
             while not stop.is_set():
                 sent.append(pool.submit(login, app, "alice", "guess", "127.0.0.2"))
+                sent[-1].add_done_callback(lambda f: not f.exception() and f.result()[0] == 429 and refused.set())
                 time.sleep(0.5)
             guesses.extend(future.result()[0] for future in sent)
     attacker = threading.Thread(target=guesser)
     attacker.start()
     tries = []
     try:
-        time.sleep(5)  # his free guesses are spent: his keys slow him now
+        # His free guesses are spent: his keys slow him now.
+        assert refused.wait(60), "the guesser was never refused"
         for i in range(4):
             tries.append(("known", *login(app, "alice", "wonderland", "127.0.0.4", cookies=known)[:2]))
             tries.append(("new", *login(app, "alice", "wonderland", f"127.0.0.{30 + i}")[:2]))

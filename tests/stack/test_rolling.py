@@ -3,6 +3,7 @@ in turn by the watch loop and a restart."""
 
 from __future__ import annotations
 
+import csv
 import stat
 import threading
 import time
@@ -14,6 +15,13 @@ from server.stack import balancer, balancer_runtime
 from server.stack.processes import free_port
 from tests.support.balancer import Handler, Upstream
 from tests.support.settings import settings
+
+
+def checked(sock) -> bool:
+    """Whether every checked server has passed its first health check (`show stat`)."""
+    rows = list(csv.DictReader(balancer_runtime.send(sock, "show stat").lstrip("# ").splitlines()))
+    checked = [row for row in rows if row["check_status"]]
+    return len(checked) == 2 and all(row["check_status"] == "L7OK" for row in checked)
 
 
 @pytest.fixture
@@ -28,9 +36,8 @@ def haproxy_with_socket(tmp_path):
     process = balancer.managed_haproxy(config, tmp_path / "haproxy.cfg", tmp_path / "haproxy.log", tmp_path)
     process.start()
     deadline = time.monotonic() + 10
-    while not sock.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)  # the first health checks
+    while not (sock.exists() and checked(sock)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the socket, then the first health checks
     yield f"http://127.0.0.1:{port}", sock, servers
     process.stop()
     for server in servers:

@@ -72,7 +72,8 @@ class Up:
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)  # ends with the output
+        self.reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
