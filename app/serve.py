@@ -14,7 +14,7 @@ The app never re-enters the loop. Chainlit does once: ``WebsocketSession.get_con
 asks ``set_chat_profiles`` through ``run_until_complete`` for a profile's
 ``config_overrides``; without nest_asyncio that call raises, Chainlit catches it and
 keeps its global config, which is the right one because the chat's personas
-(``app/personas.py``) override nothing. ``tests/test_chainlit_speed.py`` checks both: that
+(``app/personas.py``) override nothing. ``tests/unit/test_chainlit_speed.py`` checks both: that
 the loop keeps asyncio's C classes, and that no persona overrides the config.
 """
 

@@ -4,7 +4,7 @@
 
 The chat reads files in a worker thread (app/chat.py), so this is the wait before
 the reply starts, not a stall of other chats.  The files are built as in the tests
-(tests/sample_files.py).
+(tests/support/sample_files.py).
 """
 
 from __future__ import annotations

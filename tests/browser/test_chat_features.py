@@ -2,7 +2,7 @@
 
 Regenerate, editing a sent message, attached files, export, a message sent the
 instant the chat opens, and the README's picture.  Stop during an edited re-run is
-in tests/test_browser.py with the other Stop test.
+in tests/browser/test_browser.py with the other Stop test.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_a_50_mb_file_is_stopped_by_the_browser_and_by_the_server(page_factory, 
     assert page.locator("#chat-input").input_value() == "still here"
 
     # A client that skips the browser's check meets the server's (same session), before the
-    # body is read (app/upload_limit.py; tests/test_web_security.py sends bodies that lie).
+    # body is read (app/upload_limit.py; tests/stack/test_web_security.py sends bodies that lie).
     session = next(c["value"] for c in page.context.cookies() if c["name"] == "X-Chainlit-Session-id")
     response = httpx.post(f"{short_app.app_url}/project/file", params={"session_id": session},
                           files={"file": ("big.csv", big.read_bytes(), "text/csv")}, timeout=60)
@@ -283,7 +283,7 @@ def showcase_app(engine, tmp_path_factory):
 def test_a_normal_exchange_for_the_readme(page_factory, showcase_app, tmp_path):
     """The README's first picture: saved chats, a conversation, replies that end on their own.
 
-    To re-shoot it: tests/screenshots.py.
+    To re-shoot it: tests/support/screenshots.py.
     """
     page = page_factory(showcase_app.app_url)
     log_in(page, "presenter", "demo")

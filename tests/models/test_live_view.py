@@ -19,7 +19,7 @@ from tests.support.browser import pick
 from tests.support.browser import LINK, command
 
 
-# --- several models: two real vLLMs (tests/test_model_choice_stack.py's) ----------------------
+# --- several models: two real vLLMs (two_models, tests/models/conftest.py) ----------------------
 
 def logged_in(http: httpx.Client) -> str:
     """Log ``http`` in as alice (two_models' user); its cookie header, for a raw chat socket."""

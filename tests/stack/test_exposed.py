@@ -56,7 +56,7 @@ def stack(tmp_path_factory):
     up = Up(tmp, ERNIE_ENGINE_HOST="0.0.0.0", ERNIE_APP_HOST="0.0.0.0", ERNIE_APP_WORKERS="2",
             ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_CHAT_DB=str(tmp / "chats.db"),
             ERNIE_USAGE_LOG=str(tmp / "usage.jsonl"), ERNIE_CONNECTIONS_PER_CLIENT=str(LIMIT),
-            # Plain HTTP, so the chat's load clients need no CA; HTTPS is tests/test_tls.py's.
+            # Plain HTTP, so the chat's load clients need no CA; HTTPS is tests/stack/test_tls.py's.
             ERNIE_MAX_TOKENS="24", ERNIE_TLS="off")
     up.tmp, up.orphan = tmp, orphan
     try:

@@ -1,6 +1,6 @@
 """app/attachments.py: what an attached file gives the prompt, or why it is refused.
 
-The files are real (tests/sample_files.py builds PDFs, a PNG, legacy-encoded text);
+The files are real (tests/support/sample_files.py builds PDFs, a PNG, legacy-encoded text);
 the browser test attaches some of them through Chainlit's upload.
 """
 

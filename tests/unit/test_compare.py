@@ -1,6 +1,6 @@
 """app/compare.py's pure parts: the command, its refusals, the columns' props, the Markdown a
 saved chat keeps, and the frames' pace.  The comparison against two real vLLMs and a real
-Chromium is tests/test_compare_stack.py."""
+Chromium is tests/models/test_compare_stack.py."""
 
 from __future__ import annotations
 

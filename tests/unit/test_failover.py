@@ -2,8 +2,8 @@
 
 A fake upstream (a few lines of asyncio) plays the engine: it cuts a stream after a chosen
 number of tokens or refuses a request, which a real vLLM does not do on demand. The real
-kill -9 of an engine under a reply is in tests/test_faults.py (one copy) and
-tests/test_scale.py (two copies behind HAProxy).
+kill -9 of an engine under a reply is in tests/stack/test_faults.py (one copy) and
+tests/stack/test_scale.py (two copies behind HAProxy).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The model picker's pure parts (app/model_choice.py): which engine a chat profile names, and
 what each profile says.  The real picker, two real engines and a forged profile over the socket
-are in tests/test_model_choice_stack.py."""
+are in tests/models/test_model_choice_stack.py."""
 
 from __future__ import annotations
 

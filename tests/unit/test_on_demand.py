@@ -1,6 +1,6 @@
 """Models started on demand (ERNIE_MODELS_AT_ONCE, ERNIE_MODEL_IDLE_S): the settings, the plan,
 the policy of server/stack/on_demand.py, the state and use files the chat and the supervisor
-share, and the chat's loading notice. The real processes: tests/test_models_on_demand.py."""
+share, and the chat's loading notice. The real processes: tests/models/test_models_on_demand.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The chat against OpenAI-compatible servers other than vLLM.
 
-The servers here are tests/openai_standin.py in its own process: a plain one that
+The servers here are tests/support/openai_standin.py in its own process: a plain one that
 stands in for hosted APIs and Ollama (only /v1/models and streaming chat), and one
 with llama.cpp's documented endpoints (llama.cpp does not install on our machines).
 vLLM's side of the same code runs against the real engine (marked ``engine``).

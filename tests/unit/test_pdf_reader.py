@@ -1,8 +1,8 @@
 """app/pdf_reader.py: crafted PDF bombs cost a bounded time and memory, in a child process.
 
-The bombs are real files (tests/sample_files.py): a small file with thousands of
+The bombs are real files (tests/support/sample_files.py): a small file with thousands of
 pages, and one whose compressed page content unpacks to tens of MB of operators.
-The chat in a real browser meets one in tests/test_web_security_browser.py.
+The chat in a real browser meets one in tests/browser/test_web_security_browser.py.
 """
 
 from __future__ import annotations

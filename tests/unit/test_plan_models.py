@@ -110,7 +110,7 @@ def test_bad_values_say_what_was_wrong_and_what_to_write(monkeypatch, value, say
     ({"ERNIE_MODELS": "a,b", "ERNIE_KV_CACHE_GIB": "4"}, "unset ERNIE_KV_CACHE_GIB"),
     ({"ERNIE_MODELS": "a,b", "ERNIE_ENGINE_COPIES": "2"}, "set ERNIE_ENGINE_COPIES=1"),
     ({"ERNIE_MODELS": "a,b", "ERNIE_ENGINE_URL": "http://10.0.0.5:8000"}, "unset one of them"),
-    # How many run at once (on demand: tests/test_on_demand.py).
+    # How many run at once (on demand: tests/unit/test_on_demand.py).
     ({"ERNIE_MODELS_AT_ONCE": "2"}, "ERNIE_MODELS_AT_ONCE is about the models of ERNIE_MODELS: set "
      "ERNIE_MODELS, or unset ERNIE_MODELS_AT_ONCE"),
     ({"ERNIE_MODEL_IDLE_S": "60"}, "ERNIE_MODEL_IDLE_S is about the models of ERNIE_MODELS"),

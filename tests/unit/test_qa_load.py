@@ -1,8 +1,8 @@
 """`ernie-chat qa-load`: its figures on hand-made chats, then 100 real chats at once.
 
 The live tests drive the real app (Chainlit, the session's CPU vLLM, demo model)
-through its websocket.  The figures tests need nothing running, so they carry no
-``engine`` mark and stay in quick runs (``-m "not engine"``).
+through its websocket (tests/app/test_qa_load.py).  The figures tests need nothing
+running, so they are here, in the quick runs (``--quick``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`ernie-chat restart`'s pure parts (what may change, the order, the commands to HAProxy),
 the files through which the command reaches `up`, and HAProxy's runtime API on a real
 HAProxy in front of small HTTP servers. The restart of a whole stack under load is in
-tests/test_scale.py."""
+tests/stack/test_scale.py."""
 
 from __future__ import annotations
 

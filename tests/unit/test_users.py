@@ -1,6 +1,6 @@
 """The user model's figures, its scheduling, and the capacity search, without a server.
 
-The live runs (the real app and the real engine) are in tests/test_user_load.py.
+The live runs (the real app and the real engine) are in tests/app/test_user_load.py.
 The scheduling test drives ``run_users`` with a scripted chat that answers after a
 fixed delay: what is checked is when users arrive, speak and leave, not a server.
 """
