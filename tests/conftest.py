@@ -169,8 +169,13 @@ class _Playwright:
         self.manager = sync_playwright()
         self.pw = self.manager.start()
         self.loop = asyncio.get_running_loop()  # marked by Playwright, this thread's
-        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        self.release()
+        try:
+            self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        except BaseException:
+            self.manager.__exit__()
+            raise
+        finally:
+            self.release()
 
     def hold(self) -> None:
         asyncio._set_running_loop(self.loop)
