@@ -6,7 +6,7 @@
 may call ``run_until_complete`` inside the running loop. That swaps asyncio's C
 ``Task`` and ``Future`` for the pure-Python ones and runs the loop's every turn
 through nest_asyncio's own Python: a profile of a worker taking a burst spent 17 % of
-its CPU in that machinery (docs/performance.md, "The event loop without nest_asyncio").
+its CPU in that machinery (docs/notes.md, "The event loop without nest_asyncio").
 Without it a message in a burst costs a worker 0.88 of the CPU (5.10 ms against 5.79;
 alternating runs, the ranges apart: ``8e59b31:benchmarks/app-cost-cpu/no-nest-asyncio/``).
 
@@ -14,7 +14,7 @@ The app never re-enters the loop. Chainlit does once: ``WebsocketSession.get_con
 asks ``set_chat_profiles`` through ``run_until_complete`` for a profile's
 ``config_overrides``; without nest_asyncio that call raises, Chainlit catches it and
 keeps its global config, which is the right one because the chat's personas
-(``app/conversation/personas.py``) override nothing. ``tests/test_chainlit_speed.py`` checks both: that
+(``app/conversation/personas.py``) override nothing. ``tests/unit/test_chainlit_speed.py`` checks both: that
 the loop keeps asyncio's C classes, and that no persona overrides the config.
 """
 

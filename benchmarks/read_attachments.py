@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/read_attachments.py
 
-The chat reads files in a worker thread (app/conversation/answer.py), so this is the wait before
+The chat reads files in a worker thread (app/chat.py), so this is the wait before
 the reply starts, not a stall of other chats.  The files are built as in the tests
-(tests/sample_files.py).
+(tests/support/sample_files.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.conversation.attachments import read_attachment  # noqa: E402
-from tests import sample_files as files  # noqa: E402
+from tests.support import sample_files as files  # noqa: E402
 
 MB = 2**20
 LIMIT = 10 * MB

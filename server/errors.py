@@ -32,7 +32,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
         └── CapacityError    capacity
 
 Signals (``Shutdown``) and the chat's own refusals (``app.conversation.history.TooLong``) are
-not failures of a command and are not in this tree.  tests/test_architecture.py checks
+not failures of a command and are not in this tree.  tests/unit/test_architecture.py checks
 that the tree above is the classes' real one.
 """
 

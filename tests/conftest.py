@@ -1,103 +1,72 @@
-"""Shared fixtures: ONE real vLLM (CPU build, demo model) per test session, and the app.
+"""Shared fixtures: ONE real vLLM (CPU build, demo model), ONE PostgreSQL server and ONE
+Chromium per test session, each started at its first use; and the apps that the tests of
+more than one folder use.
 
 The engine is started by the supervisor's own code (``Stack.start_engine``), so
 these tests also cover the environment setup, the demo
 model build and the readiness wait that ``./scripts/up`` uses.
+
+A test's folder says what it starts, and marks it (README, "Tests"): tests/unit/ starts
+nothing; tests/app/ an app, the session's engine or PostgreSQL; tests/browser/ drives
+Chromium; tests/engine/ vLLM itself or another server; tests/stack/ the whole stack;
+tests/models/ several models; tests/network/ reaches a package registry.  Helpers shared
+by the tests are in tests/support/.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
-from server.auth_store import PostgresStore, SqliteStore
+from server import chat_db
 from server.paths import ROOT  # noqa: E402  (one definition of the root)
-from server.settings import load_settings
+from server.passwords import hash_password
 from server.stack import provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
-from tests import postgres
+from tests.support import openai_standin, postgres
+from tests.support.admin import REPLY_TOKENS, TOO_LONG, USERS, XSS, chat, login
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.login import login_app_settings
+from tests.support.search import write_chats
+from tests.support.settings import APP_MAX_TOKENS, engine_settings, start_app
 
-# Fixtures that start real processes (vLLM, a Chainlit app, PostgreSQL, HAProxy, Chromium,
-# another server) or reach a registry: a test that uses one, even through another fixture, is
-# in the full tier only.  `./scripts/test --quick` runs the rest (README, "Tests"); a test that
-# starts a process through a fixture not named here is skipped there by `_quick_tier_guard`.
-ENGINE_FIXTURES = {"engine", "engine_python", "demo_model"}
-NETWORK_FIXTURES = {"pypi", "app_envs", "oidc_package"}
-PROCESS_FIXTURES = {
-    "chat_app", "saved_chats_app", "app_without_engine", "short_app", "showcase_app",
-    "short_replies_app", "login_app", "balanced_login_app", "app_on_plain_server", "app_with_login",
-    "chat_on_plain_server", "chat_on_transformers", "transformers_server", "plain_server",
-    "llamacpp_server", "database", "stack", "browser", "page_factory", "stand_in_index", "fresh_box",
-    "scripted", "listening_port", "workers", "changed_app", "balanced_app", "guarded_app",
-    "oidc_app", "tls_app", "team_tls_app", "searching_app",
-}
-TIER_MARKERS = ("engine", "browser", "stack", "network")
+TESTS = Path(__file__).resolve().parent
+# The folders, each its marker (pyproject.toml, [tool.pytest.ini_options]).
+TIERS = ("unit", "app", "browser", "engine", "stack", "models", "network")
 
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
-                     help="only the unit tests: no vLLM, app, database, balancer, browser or network")
+                     help="only the unit tests (tests/unit/): no vLLM, app, database, balancer, browser "
+                          "or network")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier folder ``path`` is in (or is), if any."""
+    try:
+        first = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``--quick`` collects tests/unit/ alone."""
+    if config.getoption("--quick") and tier_of(collection_path) not in (None, "unit"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        used = set(item.fixturenames)
-        for marker, fixtures in (("engine", ENGINE_FIXTURES), ("stack", PROCESS_FIXTURES),
-                                 ("network", NETWORK_FIXTURES)):
-            if used & fixtures:
-                item.add_marker(marker)
-    if not config.getoption("--quick"):
-        return
-    quick = [i for i in items if not any(i.get_closest_marker(m) for m in TIER_MARKERS)]
-    config.hook.pytest_deselected(items=[i for i in items if i not in quick])
-    items[:] = quick
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _quick_tier_guard(request):
-    """In the quick tier, whatever starts one of the stack's processes or PostgreSQL skips its test."""
-    if not request.config.getoption("--quick"):
-        yield
-        return
-    from server.stack.processes import ManagedProcess
-    from tests import postgres
-
-    def refuse(what):
-        def skip(*args, **kwargs):
-            pytest.skip(f"the quick tier starts no {what}: mark the fixture in tests/conftest.py")
-        return skip
-    patch = pytest.MonkeyPatch()
-    patch.setattr(ManagedProcess, "start", refuse("process of the stack"))
-    patch.setattr(postgres, "start", refuse("PostgreSQL"))
-    yield
-    patch.undo()
-
-
-# Long enough for replies that outlast a slow /metrics poll on 2 busy cores (the demo
-# model decodes ~400 tokens/s here), small enough for the fitting tests to reach.
-TEST_MAX_MODEL_LEN = 4096
-
-
-def engine_settings(tmp: Path, **overrides):
-    values = dict(
-        model="demo",
-        engine_port=free_port(),
-        app_port=free_port(),
-        metrics_port=free_port(),  # the app's /metrics: several apps run at once
-        log_file=tmp / "llm.log",
-        auth_db=tmp / "auth.db",  # each app its own login counts, not the checkout's data/
-        live_chats_dir=tmp / "live-chats",
-        max_model_len=TEST_MAX_MODEL_LEN,
-        kv_cache_gib=1,
-        max_tokens=64,
-        startup_timeout_s=900,
-    )
-    values.update(overrides)
-    return load_settings(**values)
+        tier = tier_of(item.path)
+        if tier:
+            item.add_marker(tier)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -123,6 +92,8 @@ def clean_env(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
+# --- the engine, and the apps on it -------------------------------------------------------
+
 @pytest.fixture(scope="session")
 def engine_python() -> Path:
     """The engine environment's Python, installed as `up` installs it."""
@@ -145,34 +116,6 @@ def engine(tmp_path_factory):
         yield settings, stack
     finally:
         stack.stop()
-
-
-def start_app(tmp: Path, **overrides):
-    """A Chainlit app started by the supervisor's code; yields its settings."""
-    settings = engine_settings(tmp, **overrides)
-    stack = Stack(settings, root=ROOT)
-    try:
-        stack.start_app()
-        yield settings
-    finally:
-        stack.stop()
-
-
-def start_balanced_app(tmp: Path, **overrides):
-    """App workers (``app_workers``) behind HAProxy, which tells them each client's address
-    (forwardfor); yields their settings."""
-    stack = Stack(engine_settings(tmp, **overrides), root=ROOT)
-    try:
-        stack.plan()
-        stack.start_balancer()
-        stack.start_app()
-        yield stack.settings
-    finally:
-        stack.stop()
-
-
-# Replies of a known length: ignore_eos makes every reply run to max_tokens.
-APP_MAX_TOKENS = 3000
 
 
 @pytest.fixture(scope="session")
@@ -199,40 +142,152 @@ def app_without_engine(tmp_path_factory):
                          engine_url=f"http://127.0.0.1:{free_port()}")
 
 
+# --- PostgreSQL: one server, a database for each module ------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The run's PostgreSQL server (tests/support/postgres.py), started at its first use."""
+    yield from postgres.serve(free_port())
+
+
 @pytest.fixture(scope="module")
-def database():
-    """A PostgreSQL server of the module's own."""
-    yield from postgres.start(free_port())
+def database(postgres_server):
+    """A new database of the module's own on the run's server: its URL."""
+    return postgres_server.new_database()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def new_store(request, tmp_path):
-    """Makes login stores (each a worker's connections) on one SQLite file or one PostgreSQL
-    database."""
-    if request.param == "sqlite":
-        return lambda: SqliteStore(tmp_path / "auth.db")
-    url = request.getfixturevalue("database")
-    return lambda: PostgresStore(url)
+# --- Chromium: one browser, a new context for each page -----------------------------------
+
+class _Playwright:
+    """Playwright's sync API, started once: between its calls it marks its event loop as
+    running in this thread, where ``asyncio.run`` (and pytest-asyncio) then refuse to run.
+    The loop is marked only while a test holds the browser (``hold``), as it was while a
+    module's own ``sync_playwright()`` ran."""
+
+    def __init__(self):
+        from playwright.sync_api import sync_playwright
+        self.manager = sync_playwright()
+        self.pw = self.manager.start()
+        self.loop = asyncio.get_running_loop()  # marked by Playwright, this thread's
+        try:
+            self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        except BaseException:
+            self.manager.__exit__()
+            raise
+        finally:
+            self.release()
+
+    def hold(self) -> None:
+        asyncio._set_running_loop(self.loop)
+
+    def release(self) -> None:
+        asyncio._set_running_loop(None)
+
+    def stop(self) -> None:
+        self.hold()
+        try:
+            self.browser.close()
+        finally:
+            self.manager.__exit__()
+            self.release()
 
 
-def metric(base_url: str, name: str, **labels: str) -> float:
-    """Sum of a Prometheus series over the label sets that match ``labels``, from /metrics."""
-    return metric_from_text(httpx.get(f"{base_url}/metrics", timeout=5).text, name, **labels)
+@pytest.fixture(scope="session")
+def _chromium():
+    chromium = _Playwright()
+    yield chromium
+    chromium.stop()
 
 
-async def metric_async(base_url: str, name: str, **labels: str) -> float:
-    async with httpx.AsyncClient(timeout=5) as http:
-        return metric_from_text((await http.get(f"{base_url}/metrics")).text, name, **labels)
+@pytest.fixture
+def playwright(_chromium):
+    """The session's Playwright (for a browser of other launch flags), held for this test."""
+    _chromium.hold()
+    yield _chromium.pw
+    _chromium.release()
 
 
-def metric_from_text(body: str, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-    total, seen = 0.0, False
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-                seen = True
-    if not seen:
-        raise KeyError(f"{name} {labels or ''} not in /metrics")
-    return total
+@pytest.fixture
+def browser(_chromium, playwright):
+    """The session's Chromium: a test opens contexts of its own (``new_context``) and closes them."""
+    return _chromium.browser
+
+
+@pytest.fixture
+def page_factory(browser):
+    contexts = []
+
+    def make(url, locale="en-US"):
+        context = browser.new_context(locale=locale, viewport={"width": 1100, "height": 800})
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(url)
+        return page
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def new_page(browser):
+    """``browser.new_page(**options)``: a page in a new context of its own, closed after the test."""
+    pages = []
+
+    def make(**options):
+        pages.append(browser.new_page(**options))
+        return pages[-1]
+    yield make
+    for page in pages:
+        page.context.close()
+
+
+# --- apps whose tests are in several folders (an app's HTTP side, and its page) ---------------
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def chatted(request, engine, tmp_path_factory):
+    """An app with login (alice the admin) and saved chats, after bob's and carol's chats:
+    (settings, the tokens, the replies each user saw)."""
+    engine_settings, _ = engine
+    tmp = tmp_path_factory.mktemp(f"admin-{request.param}")
+    chat_db = tmp / "chats.db" if request.param == "sqlite" else request.getfixturevalue("postgres_server").new_database()
+    users = ",".join(f"{n}:{hash_password(p, rounds=4)}" for n, p in USERS.items())
+    for settings in start_app(tmp, engine_url=engine_settings.engine_base_url, ignore_eos=True,
+                              max_tokens=REPLY_TOKENS, chat_db=chat_db, users=users, admins="alice",
+                              usage_log=tmp / "usage.jsonl"):
+        url = settings.app_url
+        tokens = {name: login(url, name) for name in USERS}
+
+        async def chats():
+            bob = await chat(url, tokens["bob"], ["hello there", "and again"])
+            bob += await chat(url, tokens["bob"], ["a second chat"])
+            carol = await chat(url, tokens["carol"], [XSS, TOO_LONG])
+            return {"bob": bob, "carol": carol}
+        # A thread of its own: Playwright's sync API holds this thread's event loop.
+        with ThreadPoolExecutor(1) as pool:
+            replies = pool.submit(asyncio.run, chats()).result()
+        yield settings, tokens, replies
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def searching_app(request, tmp_path_factory):
+    """The app with login and saved chats (no engine: searching needs none): (settings, ids)."""
+    tmp = tmp_path_factory.mktemp(f"search-{request.param}")
+    target = str(tmp / "chats.db") if request.param == "sqlite" else request.getfixturevalue("postgres_server").new_database()
+    chat_db.prepare_db(target)
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API may hold this thread's event loop
+        ids = pool.submit(asyncio.run, write_chats(target)).result()
+    users = ",".join(f"{n}:{p}" for n, p in USERS.items())
+    for settings in start_app(tmp, engine_url=f"http://127.0.0.1:{free_port()}", chat_db=target, users=users):
+        yield settings, ids
+
+
+@pytest.fixture(scope="session")
+def app_on_plain_server(tmp_path_factory):
+    with openai_standin.running("plain", 4096) as url:
+        yield from start_app(tmp_path_factory.mktemp("live-plain"), engine_url=url, max_tokens=64)
+
+
+@pytest.fixture(scope="session")
+def login_app(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("login")
+    yield from start_app(tmp, **login_app_settings(tmp, chat_db=tmp / "chats.db"))

@@ -16,7 +16,7 @@ else, each where Chainlit reads the id:
 * ``files_dir`` never leaves the files directory, whatever an id is (a last line, should a
   session be made some other way).
 
-Drop this module when Chainlit validates session ids itself (tests/test_session_guard.py
+Drop this module when Chainlit validates session ids itself (tests/app/test_session_guard.py
 performs the attack: it fails once the guard is gone and Chainlit still uses the id as is).
 """
 

@@ -5,7 +5,7 @@ loop (``watch_loop``), the rolling restart (``roller``) and the models started o
 (``model_tiers``, ``on_demand``).  They cannot import it (the supervisor imports them), so
 the part of it they use is named here, with its types, as a protocol the Stack satisfies
 structurally: mypy checks it where the supervisor passes itself, and
-tests/test_running_stack.py checks that the Stack has every member and that those modules
+tests/unit/test_running_stack.py checks that the Stack has every member and that those modules
 use no other.  A new use is a new member here first.
 
 This module sits below all four (it imports none of them), so they import it at run time

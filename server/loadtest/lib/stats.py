@@ -1,7 +1,7 @@
 """The statistics of a load test, computed the way ``vllm bench serve`` computes them.
 
 Pure functions over per-request records, so every figure can be checked by hand
-(tests/test_bench_stats.py) and recomputed from a saved result.  Definitions
+(tests/unit/test_bench_stats.py) and recomputed from a saved result.  Definitions
 follow vLLM's ``benchmarks/serve.py`` so our numbers and theirs can be compared:
 
 * TTFT: from sending the request to the first streamed chunk that carries a choice;

@@ -1,0 +1,26 @@
+"""app/conversation/token_batcher.py against the real engine: the pieces it groups carry the same text."""
+
+from __future__ import annotations
+
+
+async def test_the_real_engine_groups_tokens_per_piece_with_the_same_text(engine):
+    """vLLM's per-request stream_interval: the first token alone, then N per piece."""
+    from app.engine import engine_client as ec
+    settings, _ = engine
+    client = ec.make_client(settings)
+    messages = [{"role": "user", "content": "Tell me about the sea."}]
+
+    async def pieces(extra: dict) -> list[str]:
+        stats = ec.ReplyStats()
+        out = [p async for p in ec.stream_reply(client, settings.served_model_name, messages, stats,
+                                                temperature=0.0, top_p=1.0, max_tokens=33,
+                                                extra_body={"ignore_eos": True, **extra})]
+        assert stats.completion_tokens == 33
+        return out
+
+    try:
+        single, grouped = await pieces({}), await pieces({"stream_interval": 4})
+    finally:
+        await client.close()
+    assert "".join(grouped) == "".join(single)
+    assert len(single) >= 30 and len(grouped) <= 1 + 32 // 4 + 1

@@ -1,0 +1,84 @@
+"""Sharing a saved chat, the whole path in a real Chromium against the real app and engine:
+``/share`` in the chat, the page in a browser without login, ``/unshare``.  QR codes are read
+back with zbar's ``zbarimg``."""
+
+from __future__ import annotations
+
+
+import httpx
+import pytest
+
+from tests.support.screenshots import screenshot_path
+from tests.support.settings import start_app
+from tests.support.browser import log_in, send, LINK, command
+from tests.support.browser import finished_replies
+from tests.support.share import decoded, XSS
+
+
+# --- the whole path, in a real browser -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def sharing_app(engine, tmp_path_factory):
+    """Saved chats on SQLite with two users."""
+    settings, _ = engine
+    tmp = tmp_path_factory.mktemp("share")
+    yield from start_app(tmp, engine_url=settings.engine_base_url, ignore_eos=True, max_tokens=24,
+                         chat_db=tmp / "chats.db", users="alice:wonderland,bob:builder")
+
+
+def test_a_shared_chat_is_read_by_link_and_qr_code_without_login_until_unshared(page_factory, sharing_app,
+                                                                                 tmp_path):
+    owner = page_factory(sharing_app.app_url)
+    log_in(owner, "alice", "wonderland")
+    send(owner, XSS)
+    finished_replies(owner, 1)
+    shared_message = command(owner, "/share", "/unshare")
+    link = LINK.search(shared_message.inner_text()).group(0)
+    assert link.startswith(sharing_app.app_url + "/shared/")
+    qr = shared_message.locator('img[alt="qr.png"]')
+    qr.wait_for(timeout=30_000)
+    qr.scroll_into_view_if_needed()
+    owner.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=qr.element_handle(),
+                            timeout=30_000)
+    qr.screenshot(path=tmp_path / "qr.png")
+    assert decoded(tmp_path / "qr.png") == link
+
+    reader = page_factory(link)  # another browser context: no login cookie
+    reader.get_by_text("bold").first.wait_for(timeout=30_000)
+    assert reader.locator("main strong").first.inner_text() == "bold"
+    assert "<script>window.pwned = 1</script>" in reader.locator("main").inner_text()
+    assert reader.locator("main .assistant").count() == 1
+    assert reader.evaluate("window.pwned") is None
+    assert reader.locator("input, textarea, form, button, #chat-input, script").count() == 0
+    reader.screenshot(path=screenshot_path("shared-chat.png", tmp_path), full_page=True)
+    assert httpx.post(link, timeout=10).status_code == 405
+
+    live = page_factory(f"{sharing_app.app_url}/live?shared={link.rsplit('/', 1)[1]}")
+    live.locator("#shared img").wait_for(timeout=30_000)
+    assert live.locator("#shared figcaption").inner_text() == link
+    live.locator("#shared img").screenshot(path=tmp_path / "qr-live.png")
+    assert decoded(tmp_path / "qr-live.png") == link
+
+    command(owner, "/unshare", "taken back")
+    gone = httpx.get(link, timeout=10)
+    unknown = httpx.get(link[:-4] + "AAAA", timeout=10)
+    assert gone.status_code == unknown.status_code == 404 and gone.text == unknown.text
+    assert httpx.get(f"{link}/qr.svg", timeout=10).status_code == 404
+
+
+def test_another_user_shares_only_their_own_chat(page_factory, sharing_app):
+    alices = page_factory(sharing_app.app_url)
+    log_in(alices, "alice", "wonderland")
+    send(alices, "Alice's secret plan")
+    finished_replies(alices, 1)
+    alice_link = LINK.search(command(alices, "/share", "/unshare").inner_text()).group(0)
+
+    bobs = page_factory(sharing_app.app_url)
+    log_in(bobs, "bob", "builder")
+    command(bobs, "/share", "Nothing to share")  # a chat with nothing in it yet
+    send(bobs, "Bob's own question")
+    finished_replies(bobs, 1)
+    bob_link = LINK.search(command(bobs, "/share", "/unshare").inner_text()).group(0)
+    assert bob_link != alice_link
+    bob_page = httpx.get(bob_link, timeout=10).text
+    assert "own question" in bob_page and "secret plan" not in bob_page

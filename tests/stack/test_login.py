@@ -1,0 +1,58 @@
+"""The login throttle through HAProxy and two app workers: a guesser keeps alice out neither on
+her browser nor on a new one."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+from app.auth import device_cookie
+from tests.support.settings import start_balanced_app
+from tests.support.login import login_app_settings, login
+
+
+@pytest.fixture(scope="module")
+def balanced_login_app(tmp_path_factory):
+    """Two app workers behind HAProxy, which tells them each client's address (forwardfor)."""
+    tmp = tmp_path_factory.mktemp("balanced-login")
+    yield from start_balanced_app(tmp, **login_app_settings(tmp, app_workers=2))
+
+
+def test_a_guesser_keeps_alice_out_neither_on_her_browser_nor_on_a_new_one(balanced_login_app):
+    """Someone guesses alice's password from one address, a guess every 0.5 s without
+    waiting for answers (through HAProxy, so both workers take them); meanwhile alice
+    signs in, from the browser she used before and from browsers she never used."""
+    app = balanced_login_app
+    status, _, earlier = login(app, "alice", "wonderland", "127.0.0.4")
+    assert status == 200
+    known = {device_cookie.COOKIE: earlier.cookies[device_cookie.COOKIE]}
+    stop, guesses, refused = threading.Event(), [], threading.Event()
+
+    def guesser():
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            sent = []
+            while not stop.is_set():
+                sent.append(pool.submit(login, app, "alice", "guess", "127.0.0.2"))
+                sent[-1].add_done_callback(lambda f: not f.exception() and f.result()[0] == 429 and refused.set())
+                time.sleep(0.5)
+            guesses.extend(future.result()[0] for future in sent)
+    attacker = threading.Thread(target=guesser)
+    attacker.start()
+    tries = []
+    try:
+        # His free guesses are spent: his keys slow him now.
+        assert refused.wait(60), "the guesser was never refused"
+        for i in range(4):
+            tries.append(("known", *login(app, "alice", "wonderland", "127.0.0.4", cookies=known)[:2]))
+            tries.append(("new", *login(app, "alice", "wonderland", f"127.0.0.{30 + i}")[:2]))
+            time.sleep(1.3)
+    finally:
+        stop.set()
+        attacker.join()
+    print("alice:", [(kind, status, f"{s:.2f}") for kind, status, s in tries],
+          "guesser:", {code: guesses.count(code) for code in set(guesses)})
+    assert guesses.count(429) >= 5 and set(guesses) <= {401, 429}, "the guesser is throttled"
+    assert all(status == 200 and seconds < 1.0 for _, status, seconds in tries), tries

@@ -1,0 +1,64 @@
+"""Two real vLLMs behind one app (ERNIE_MODELS), and what their own /metrics say."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from server.paths import ROOT
+from server.stack.supervisor import Stack
+from tests.support.metrics import metric
+from tests.support.ports import free_port_pair
+from tests.support.settings import TEST_MAX_MODEL_LEN, engine_settings, start_app
+
+SMALL_WINDOW = 1024
+REPLY_TOKENS = 16
+REQUESTS = "vllm:request_success_total"
+
+
+def serve_two_models(demo_model, second, tmp, **app_settings):
+    """Engines A (``demo_model``, 4096 tokens) on P and B (``second``, 1024 tokens) on P + 1, and
+    the app with ERNIE_MODELS on both, saved chats, login and ``app_settings``; yields (app
+    settings, [A's URL, B's URL], (A's name, B's name))."""
+    port = free_port_pair()
+    stacks = []
+    try:
+        for folder, window, at in ((demo_model, TEST_MAX_MODEL_LEN, port), (second, SMALL_WINDOW, port + 1)):
+            settings = engine_settings(tmp / f"engine-{folder.name}", model=str(folder), served_model_name=folder.name,
+                                       engine_port=at, max_model_len=window)
+            stacks.append(Stack(settings, root=ROOT))
+            stacks[-1].start_engine()
+        models = f"{demo_model}:{TEST_MAX_MODEL_LEN},{second}:{SMALL_WINDOW}"
+        urls = [stack.settings.engine_base_url for stack in stacks]
+        for app in start_app(tmp / "app", models=models, engine_port=port, kv_cache_gib=None,
+                             ignore_eos=True, chat_db=tmp / "chats.db", users="alice:wonderland",
+                             **app_settings):
+            yield app, urls, (demo_model.name, second.name)
+    finally:
+        for stack in stacks:
+            stack.stop()
+
+
+def requests_of(urls: list[str]) -> list[float]:
+    return [metric(url, REQUESTS) for url in urls]
+
+
+def requests_when(urls: list[str], expected: list[float]) -> list[float]:
+    """The engines' finished requests once they are ``expected`` or 10 s passed: vLLM counts a
+    request a moment after its last token has gone out."""
+    deadline = time.monotonic() + 10
+    while (now := requests_of(urls)) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return now
+
+
+def long_text(url: str, model: str, tokens: int) -> str:
+    """A message of about ``tokens`` tokens for the model, as its engine counts them."""
+    words = "weather " * tokens
+    while True:
+        answer = httpx.post(f"{url}/tokenize", json={"model": model, "prompt": words}, timeout=30)
+        counted = answer.json()["count"]
+        if counted <= tokens:
+            return words
+        words = words[: len(words) * tokens // counted]

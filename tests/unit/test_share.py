@@ -1,0 +1,71 @@
+"""Sharing a saved chat by link and QR code (app/pages/share_links.py, app/pages/share_page.py).
+
+The store and the page's rendering run here against a real SQLite chat database
+through Chainlit's own data layer; the whole path (``/share`` in the chat, the page
+in a browser without login, ``/unshare``) in a real Chromium against the real app
+and engine.  QR codes are read back with a real decoder, zbar's ``zbarimg``
+(Debian's zbar-tools, installed by ./scripts/test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.pages import share_links, share_qr
+from app.conversation.history import Conversation
+from app.pages.share_page import POLICY, not_found_html, page_html
+from server.settings import load_settings
+from tests.support.settings import error_for
+from tests.support.share import decoded, owner_only_scenario, XSS
+
+
+# --- the page's rendering ----------------------------------------------------------
+
+def test_content_is_rendered_as_markdown_and_nothing_in_it_can_run():
+    conversation = Conversation("")
+    conversation.add(XSS, "A reply with `code` and <b onmouseover=alert(1)>html</b>")
+    html = page_html("en", "<script>title()</script>", conversation, "demo", "t" * 43)
+    assert "<strong>bold</strong>" in html and "<code>code</code>" in html
+    assert "<script" not in html.lower()
+    assert "<img src=\"x\"" not in html and "<b " not in html and 'href="javascript:' not in html
+    assert "&lt;script&gt;window.pwned" in html
+    # The policy lets no script run, whatever slipped through, and only this page's style.
+    assert "script-src" not in POLICY and "default-src 'none'" in POLICY and "unsafe" not in POLICY
+
+
+def test_the_not_found_page_is_the_same_for_every_token_and_in_chinese():
+    assert "taken back" in not_found_html("en")
+    assert "收回" in not_found_html("zh")
+
+
+def test_the_link_uses_the_public_url_else_the_owners_page_never_a_bad_origin():
+    assert share_links.origin_for("https://chat.example.com", "http://evil.example", "x") == "https://chat.example.com"
+    assert share_links.origin_for("", "http://10.0.0.5:8080", "x") == "http://10.0.0.5:8080"
+    assert share_links.origin_for("", "http://a/b\"><script>", "http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    assert share_links.origin_for("", None, "http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    share = share_links.Share("t" * 43, "id", "alice", "http://10.0.0.5:8080")
+    assert share.link() == "http://10.0.0.5:8080/shared/" + "t" * 43
+    assert share.link("https://chat.example.com").startswith("https://chat.example.com/shared/")
+
+
+@pytest.mark.parametrize("value", ["chat.example.com", "https://chat.example.com/app", "https://*.example.com"])
+def test_a_public_url_must_be_an_origin(monkeypatch, value):
+    assert "ERNIE_PUBLIC_URL" in error_for(monkeypatch, "ERNIE_PUBLIC_URL", value)
+    assert "is not an origin" in error_for(monkeypatch, "ERNIE_PUBLIC_URL", value)
+
+
+def test_the_public_url_is_kept_as_browsers_write_origins(monkeypatch):
+    monkeypatch.setenv("ERNIE_PUBLIC_URL", "https://Chat.example.com:8443/")
+    assert load_settings().public_url == "https://chat.example.com:8443"
+
+
+def test_the_qr_code_decodes_to_the_link(tmp_path):
+    link = "https://chat.example.com/shared/" + "A" * 43
+    (tmp_path / "qr.png").write_bytes(share_qr.png(link))
+    assert decoded(tmp_path / "qr.png") == link
+
+
+def test_only_the_owner_shares_and_unshares_and_a_taken_back_token_finds_nothing(tmp_path):
+    asyncio.run(owner_only_scenario(str(tmp_path / "chats.db")))
