@@ -82,9 +82,10 @@ def png(width: int = 4, height: int = 4) -> bytes:
 
 
 def gzip_bytes() -> bytes:
-    """A binary file of a known format (filetype recognises gzip)."""
+    """A binary file of a known format (filetype recognises gzip); the same bytes on every call
+    (no time stamp in the header), so the tests' ids are too, as pytest-xdist's workers need."""
     import gzip
-    return gzip.compress(b"not text " * 100)
+    return gzip.compress(b"not text " * 100, mtime=0)
 
 
 CP1252_TEXT = "Café crème brûlée — naïve façade, “quoted”. Größe: 3,50 €.\n"
