@@ -1,7 +1,8 @@
 """``/compare`` (app/conversation/compare.py) against two real vLLMs and a real Chromium.
 
-The engines and the app are test_model_choice_stack's: A the demo model (4096 tokens), B the
-smaller demo model (1024 tokens), whose replies differ from A's.  Which engines answered, and that Stop ended their requests, is read from
+The engines are the models tier's pair (tests/models/conftest.py): A the demo model (4096
+tokens), B the smaller demo model (1024 tokens), whose replies differ from A's; the app is this
+module's own.  Which engines answered, and that Stop ended their requests, is read from
 the engines' own /metrics, never from the app's texts.
 """
 
@@ -14,14 +15,12 @@ import httpx
 import pytest
 
 from app.texts import text
-from server.paths import ROOT
-from server.stack import provision
 from server.usage_log import read_usage
 from tests.support.metrics import metric
 from tests.support.screenshots import screenshot_path
 from tests.support.browser import ASSISTANT, USER, log_in, send, BODY, COLUMN, FIGURES_LINE, NAME, NOTE
 from tests.support.browser import send_with_files
-from tests.support.models import SMALL_WINDOW, long_text, requests_of, requests_when, serve_two_models
+from tests.support.models import SMALL_WINDOW, app_on, long_text, requests_of, requests_when
 
 REPLY_TOKENS = 48
 FIGURES = re.compile(rf"\d+ ms to first token · [\d.]+ tok/s · (\d+) prompt \+ {REPLY_TOKENS} reply tokens")
@@ -30,10 +29,9 @@ HOSTILE = '<img src="x" onerror="window.pwned = 1">'
 
 
 @pytest.fixture(scope="module")
-def compare_app(demo_model, engine_python, tmp_path_factory):
-    small = provision.ensure_demo_model(ROOT / ".cache" / "demo-model-small", engine_python, ROOT, size="small")
+def compare_app(model_pair, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
-    yield from serve_two_models(demo_model, small, tmp, max_tokens=REPLY_TOKENS, usage_log=tmp / "usage.jsonl")
+    yield from app_on(model_pair, tmp, max_tokens=REPLY_TOKENS, usage_log=tmp / "usage.jsonl")
 
 
 def usage_records(app) -> list[dict]:

@@ -1,8 +1,8 @@
 """Choosing the model in the chat (app/engine/model_choice.py), against two real vLLMs and a real Chromium.
 
-Two vLLM processes serve the demo model, the second from a copy of its folder (so it is served
-under another name) with a smaller window; the app runs with ERNIE_MODELS naming both, saved
-chats and login.  Which engine answered is read from the engines' own /metrics, never from the
+Two vLLM processes, the models tier's pair (tests/models/conftest.py): the demo model, and
+demo-small with a smaller window; the app runs with ERNIE_MODELS naming both, saved chats and
+login.  Which engine answered is read from the engines' own /metrics, never from the
 app's texts.
 """
 

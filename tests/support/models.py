@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -17,27 +20,38 @@ REPLY_TOKENS = 16
 REQUESTS = "vllm:request_success_total"
 
 
-def serve_two_models(demo_model, second, tmp, **app_settings):
-    """Engines A (``demo_model``, 4096 tokens) on P and B (``second``, 1024 tokens) on P + 1, and
-    the app with ERNIE_MODELS on both, saved chats, login and ``app_settings``; yields (app
-    settings, [A's URL, B's URL], (A's name, B's name))."""
+@dataclass(frozen=True)
+class EnginePair:
+    """Engines A on ``port`` and B on ``port`` + 1, as ERNIE_MODELS' second model is found."""
+    port: int
+    urls: list[str]
+    names: tuple[str, str]
+    models: str  # ERNIE_MODELS naming both, with their windows
+
+
+def two_engines(first: Path, second: Path, tmp: Path) -> Iterator[EnginePair]:
+    """Engines A (``first``, 4096 tokens) on P and B (``second``, 1024 tokens) on P + 1."""
     port = free_port_pair()
     stacks = []
     try:
-        for folder, window, at in ((demo_model, TEST_MAX_MODEL_LEN, port), (second, SMALL_WINDOW, port + 1)):
+        for folder, window, at in ((first, TEST_MAX_MODEL_LEN, port), (second, SMALL_WINDOW, port + 1)):
             settings = engine_settings(tmp / f"engine-{folder.name}", model=str(folder), served_model_name=folder.name,
                                        engine_port=at, max_model_len=window)
             stacks.append(Stack(settings, root=ROOT))
             stacks[-1].start_engine()
-        models = f"{demo_model}:{TEST_MAX_MODEL_LEN},{second}:{SMALL_WINDOW}"
-        urls = [stack.settings.engine_base_url for stack in stacks]
-        for app in start_app(tmp / "app", models=models, engine_port=port, kv_cache_gib=None,
-                             ignore_eos=True, chat_db=tmp / "chats.db", users="alice:wonderland",
-                             **app_settings):
-            yield app, urls, (demo_model.name, second.name)
+        yield EnginePair(port, [stack.settings.engine_base_url for stack in stacks], (first.name, second.name),
+                         f"{first}:{TEST_MAX_MODEL_LEN},{second}:{SMALL_WINDOW}")
     finally:
         for stack in stacks:
             stack.stop()
+
+
+def app_on(pair: EnginePair, tmp: Path, **app_settings):
+    """The app with ERNIE_MODELS on both engines, saved chats, login and ``app_settings``; yields
+    (app settings, [A's URL, B's URL], (A's name, B's name))."""
+    for app in start_app(tmp / "app", models=pair.models, engine_port=pair.port, kv_cache_gib=None,
+                         ignore_eos=True, chat_db=tmp / "chats.db", users="alice:wonderland", **app_settings):
+        yield app, pair.urls, pair.names
 
 
 def requests_of(urls: list[str]) -> list[float]:

@@ -4,7 +4,11 @@ fails here, saying where it belongs: the folder of what it starts (README, "Test
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+HERE = Path(__file__).resolve().parent
 
 
 def refuse(what: str):
@@ -17,7 +21,11 @@ def refuse(what: str):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Around the whole test, its fixtures' set-up included (a fixture of a wider scope is set
-    up before any of the test's own)."""
+    up before any of the test's own).  pytest calls this hook for every test of the run, not
+    only for those below this conftest, so it leaves the other folders' tests alone."""
+    if HERE not in item.path.parents:
+        yield
+        return
     from playwright.sync_api import BrowserType
 
     from server.stack.processes import ManagedProcess
