@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from server.paths import ROOT
@@ -11,10 +13,13 @@ from tests.support.models import REPLY_TOKENS, app_on, two_engines
 
 @pytest.fixture(scope="package")
 def model_pair(demo_model, engine_python, tmp_path_factory):
-    """A: the demo model (4096 tokens); B: demo-small, the other built-in model (1024 tokens).
-    Each module reads them through an app of its own, and counts their requests as differences."""
+    """A: the demo model (4096 tokens); B: demo-small, the other built-in model (1024 tokens),
+    from a copy of its folder named so that neither name is the start of the other (the
+    browser tests pick a model by its name).  Each module reads them through an app of its
+    own, and counts their requests as differences."""
     small = provision.ensure_demo_model(ROOT / ".cache" / "demo-model-small", engine_python, ROOT, size="small")
-    yield from two_engines(demo_model, small, tmp_path_factory.mktemp("model-pair"))
+    tmp = tmp_path_factory.mktemp("model-pair")
+    yield from two_engines(demo_model, shutil.copytree(small, tmp / "small-model"), tmp)
 
 
 @pytest.fixture(scope="module")

@@ -42,11 +42,11 @@ def test_the_picker_shows_each_models_window_and_a_chat_on_b_is_answered_by_b_wi
     options = page.get_by_role("option")
     options.first.wait_for(timeout=30_000)
     assert options.all_inner_texts() == [name_a, name_b]
-    page.get_by_role("option", name=name_b).hover()
+    page.get_by_role("option", name=name_b, exact=True).hover()
     description = page.locator('#chat-profile-description[data-state="open"]')  # the closing one lingers
     description.filter(has_text=f"{SMALL_WINDOW:,} tokens").wait_for(timeout=30_000)
     assert "no replies yet" in description.inner_text()
-    page.get_by_role("option", name=name_a).hover()
+    page.get_by_role("option", name=name_a, exact=True).hover()
     description.filter(has_text=f"{TEST_MAX_MODEL_LEN:,} tokens").wait_for(timeout=30_000)
 
     pick(page, name_b)
@@ -71,7 +71,7 @@ def test_the_picker_shows_each_models_window_and_a_chat_on_b_is_answered_by_b_wi
     page.reload()
     page.locator(USER).first.wait_for(timeout=30_000)
     page.locator("#chat-profiles").click()
-    page.get_by_role("option", name=name_b).hover()
+    page.get_by_role("option", name=name_b, exact=True).hover()
     description.filter(has_text="tokens/s").wait_for(timeout=30_000)
     page.screenshot(path=screenshot_path("model-picker.png", tmp_path))
 

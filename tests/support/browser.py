@@ -209,7 +209,7 @@ def pick(page, name: str) -> None:
     had_messages = page.locator(USER).count() > 0
     if not page.locator('#chat-profiles[data-state="open"]').count():
         page.locator("#chat-profiles").click()
-    page.get_by_role("option", name=name).click()
+    page.get_by_role("option", name=name, exact=True).click()
     if had_messages:  # Chainlit asks before it leaves a chat for a new one
         page.locator("#confirm").click()
     page.locator(ASSISTANT).filter(has_text=f"I am {name}").first.wait_for(timeout=60_000)
