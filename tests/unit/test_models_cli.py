@@ -22,6 +22,7 @@ from server.stack import model_tiers
 from server.stack.app_tier import AppTier
 from server.stack.engine_args import engine_command
 from server.stack.engine_tier import StartupFailed
+from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from server.stack.topology import balancer_config
 from tests.support.ports import free_ports
@@ -123,7 +124,10 @@ def test_a_set_too_big_for_the_cpu_is_refused_with_the_figures():
 
 def test_an_exposed_engine_with_several_models_starts_each_behind_haproxy():
     port = free_ports(2)
-    stack = Stack(several(engine_host="0.0.0.0", api_key="sk-x", engine_port=port), out=lambda line: None)
+    # Its own free ports for the chat and its metrics too: the check refuses any port in use, and an
+    # `up` on this machine holds the default ones.
+    stack = Stack(several(engine_host="0.0.0.0", api_key="sk-x", engine_port=port, app_port=free_port(),
+                          metrics_port=free_port()), out=lambda line: None)
     stack.check_before_start()   # each model's port is HAProxy's, guarded: nothing to refuse
     assert stack.topology.needs_balancer
     assert [(f.bind_port, f.keyed) for f in balancer_config(stack.topology, stack.settings).frontends] == [
