@@ -113,12 +113,12 @@ def restart_one(stack: RunningStack, step: rolling.Step, commands: list[EngineCo
                 timeout_s: float, say) -> None:
     """Out of rotation, drained, stopped, started with the new settings, back in rotation."""
     socket = stack.stats_socket
-    apps = planned(stack)[1]
     if step.tier == "engine":
         tier = engine_tier(stack)
         engine = tier.engines[step.index]
         proc, label = engine.proc, engine.label
     else:
+        apps = planned(stack)[1]
         worker = apps.workers[step.index]
         proc, label = worker.proc, worker.label
     if not stack.holds.hold(label, proc):
