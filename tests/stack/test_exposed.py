@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from server.paths import ROOT
+from server.stack import balancer_runtime
 from server.stack.processes import free_port
 from tests.support.stack_process import Up, descendants, KEY_FILE, command_line, network_address
 from tests.support.chat import PASSWORD, USER, chats, login_cookie, run
@@ -173,10 +174,25 @@ def test_a_slowloris_client_is_cut_after_the_header_timeout(stack):
     assert answered("127.0.0.1", stack.app_port), "a normal client after the slowloris"
 
 
+def connections_counted(stack: Up, front: str, source: str) -> int:
+    """A frontend's count of ``source``'s open connections, from HAProxy's own stick table:
+    a connection the kernel has accepted may not have reached HAProxy's rules yet."""
+    table = balancer_runtime.send(stack.tmp / "haproxy.sock", f"show table {front}")
+    counts = re.findall(rf"key=(?:::ffff:)?{re.escape(source)} .*conn_cur=(\d+)", table)
+    return int(counts[0]) if counts else 0
+
+
+def wait_for_count(stack: Up, front: str, source: str, wanted: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (count := connections_counted(stack, front, source)) != wanted:
+        assert time.monotonic() < deadline, f"HAProxy counts {count} connections of {source}, not {wanted}"
+        time.sleep(0.1)
+
+
 def test_one_address_cannot_take_every_connection_of_the_chat(stack):
     held = [held_open("127.0.0.1", stack.app_port) for _ in range(LIMIT)]
     try:
-        time.sleep(0.5)
+        wait_for_count(stack, "chat", "127.0.0.1", LIMIT)
         assert answered("127.0.0.1", stack.app_port) is None, "one connection past the limit"
         other = answered("127.0.0.2", stack.app_port)
         assert other is not None, "another address still gets in"
@@ -184,7 +200,7 @@ def test_one_address_cannot_take_every_connection_of_the_chat(stack):
     finally:
         for sock in held:
             sock.close()
-    time.sleep(0.5)
+    wait_for_count(stack, "chat", "127.0.0.1", 0)
     assert answered("127.0.0.1", stack.app_port), "back under the limit, the address is served"
 
 
@@ -194,7 +210,7 @@ def test_one_address_cannot_take_every_connection_of_the_engine(stack):
         pytest.skip("this machine has no address but loopback")
     held = [held_open(address, stack.engine_port, address) for _ in range(LIMIT)]
     try:
-        time.sleep(0.5)
+        wait_for_count(stack, "engine", address, LIMIT)
         assert answered(address, stack.engine_port, address) is None, "one connection past the limit"
         # The chat's own connections come from loopback, a crowd's worth: never limited.
         more = [answered("127.0.0.1", stack.engine_port) for _ in range(LIMIT + 2)]
