@@ -1,4 +1,5 @@
-"""Settings -> the vLLM command line and environment (pure but for reading os.environ).
+"""Settings -> the vLLM command line and environment (pure but for reading os.environ and
+the cores this process may run on).
 
 Kept apart from the supervisor so the mapping can be read and tested on its
 own, like vLLM's ``engine/arg_utils.py`` maps its CLI onto its config.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -87,6 +88,49 @@ def start_method(settings: Settings, device: str) -> str:
     return "fork" if device == "cuda" else "spawn"
 
 
+def cpu_share(cpus: Sequence[int], index: int, copies: int) -> Optional[str]:
+    """The cores copy ``index`` of ``copies`` binds its OpenMP threads to on a CPU
+    (``VLLM_CPU_OMP_THREADS_BIND``), or None where there are fewer cores than copies.
+
+    Left to vLLM (``auto``), every copy picks the same cores, since each process picks alone:
+    on 2 cores both copies bind core 0, so two copies compute no more than one, and a copy
+    restarted while the other generates waits for that core (docs/notes.md). Each copy
+    gets a contiguous share instead, less one core for its own API server and engine core
+    process where the share has two or more, as vLLM's ``auto`` leaves one for them."""
+    if copies < 2 or len(cpus) < copies:
+        return None
+    ids, size = sorted(cpus), len(cpus) // copies
+    share = ids[index * size:] if index == copies - 1 else ids[index * size:(index + 1) * size]
+    bound = share[:-1] if len(share) > 1 else share
+    return ",".join(str(cpu) for cpu in bound)
+
+
+def one_thread_per_core(cpus: Sequence[int], topology: Path = Path("/sys/devices/system/cpu")) -> list[int]:
+    """The first logical CPU of each physical core among ``cpus``: with SMT, two OpenMP
+    threads on one core's two hardware threads slow each other, and vLLM's ``auto`` binds one
+    per core too. Where the kernel does not say, every CPU counts as a core."""
+    kept, seen = [], set()
+    for cpu in sorted(cpus):
+        try:
+            siblings = (topology / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip()
+        except OSError:
+            siblings = str(cpu)
+        if siblings not in seen:
+            seen.add(siblings)
+            kept.append(cpu)
+    return kept
+
+
+def omp_bind(settings: Settings, copy: EngineCopy, cpus: Optional[Sequence[int]]) -> dict[str, str]:
+    """A CPU copy's share of the cores, unless the user set the binding or vLLM's data
+    parallelism splits them among its ranks itself."""
+    if settings.data_parallel_size > 1 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return {}
+    cpus = one_thread_per_core(os.sched_getaffinity(0)) if cpus is None else cpus
+    share = cpu_share(cpus, copy.index, copy.copies)
+    return {"VLLM_CPU_OMP_THREADS_BIND": share} if share else {}
+
+
 def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
     """Triton's one cache for every configuration (its default, ~/.triton/cache), set
     explicitly, unless the user chose one.
@@ -104,8 +148,10 @@ def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def engine_command(settings: Settings, model: str, device: str, python: Path | str,
-                   copy: Optional[EngineCopy] = None) -> EngineCommand:
-    """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu')."""
+                   copy: Optional[EngineCopy] = None,
+                   cpus: Optional[Sequence[int]] = None) -> EngineCommand:
+    """Build the ``vllm serve`` command for ``model`` on ``device`` ('cuda' or 'cpu');
+    ``cpus``: the cores this process may run on (None: as the kernel says now)."""
     copy = copy or EngineCopy.only(settings)
     settings = per_copy_settings(settings, copy.copies)
     argv = [
@@ -134,6 +180,7 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
     else:
         # The flag, not VLLM_CPU_KVCACHE_SPACE: that variable only takes whole GiB.
         argv += ["--kv-cache-memory-bytes", str(int(settings.cpu_kv_cache_gib * GIB))]
+        env.update(omp_bind(settings, copy, cpus))
     if settings.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", settings.kv_cache_dtype]
     argv.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")

@@ -188,6 +188,10 @@ class EngineTier:
         self.out(f"[{self.label}] {self.device}: {commands[0].printable()}")
         if len(self.copies) > 1:
             self.out(copies_line(len(self.copies), self.together, s.kv_cache_gib))
+        shares = [command.env.get("VLLM_CPU_OMP_THREADS_BIND") for command in commands]
+        if len(shares) > 1 and all(shares):
+            self.out(f"[{self.label}] each copy computes on cores of its own: "
+                     + "; ".join(f"copy {i} on {share}" for i, share in enumerate(shares)))
 
     def preflight(self) -> tuple[Settings, Optional[kp.Plan]]:
         """Refuse settings that cannot work; return the settings the copies' commands are built

@@ -32,19 +32,22 @@ from server.loadtest.lib import kills
 from server.loadtest.lib.chat_record import FIGURES_TAIL, SessionRecord
 from server.loadtest.lib.chat_socket import ChatSession
 from server.paths import ROOT
+from server.stack.engine_args import cpu_share, one_thread_per_core
 from tests.support import postgres
 from tests.support.metrics import metric_async
 from tests.support.stack_process import Up, descendants, serving
 from tests.support.chat import PASSWORD, chats, login_cookie, page_of_worker, run, until, USER
 
-LONG_REPLY = 1500  # tokens: long enough that a fault lands mid-reply on busy cores
+# Tokens: long enough that a fault lands mid-reply, with each engine copy on a core of its
+# own (a reply of 1,500 took about 6 s there); the window holds a chat's second turn.
+LONG_REPLY = 3000
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, database):
     yield from serving(Up(
         tmp_path_factory.mktemp("scale"), ERNIE_ENGINE_COPIES="2", ERNIE_API_SERVERS="2",
-        ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="4096",
+        ERNIE_APP_WORKERS="2", ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="8192",
         ERNIE_CHAT_DB=database, ERNIE_USERS=f"{USER}:{PASSWORD}", ERNIE_IGNORE_EOS="true",
         ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20",
         # The GPU's default: API servers forked (server/stack/vllm_serve.py); the metrics
@@ -95,6 +98,13 @@ def test_the_processes_asked_for_really_run(stack):
     assert len([t for t in running if t.startswith("VLLM::EngineCore")]) == 2, running
     assert len([t for t in running if "haproxy" in t]) == 1
     assert len([t for t in running if "app.serve run" in t]) == 2
+    # Each copy's threads on cores of its own, as vLLM itself reports the binding it used.
+    shares = [cpu_share(one_thread_per_core(os.sched_getaffinity(0)), i, 2) for i in range(2)]
+    if all(shares):
+        assert f"[engine] each copy computes on cores of its own: copy 0 on {shares[0]}; " \
+               f"copy 1 on {shares[1]}" in output, output
+        for log, share in zip((stack.settings.log_file, stack.settings.log_file.with_name("llm-copy1.log")), shares):
+            assert f"VLLM_CPU_OMP_THREADS_BIND='{share}'" in log.read_text(), log
 
 
 def test_requests_through_the_balancer_reach_both_engine_copies(stack):
@@ -255,17 +265,19 @@ async def saved_reply(database: str, step_id: str) -> tuple[str, object]:
 
 
 def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setting(stack):
-    """`ernie-chat restart` (the real command) with ERNIE_MAX_NUM_SEQS changed while two chats,
+    """`ernie-chat restart` (the real command) with ERNIE_STREAM_INTERVAL changed while two chats,
     one pinned to each worker, go on asking: every copy and worker is drained, restarted and put
     back one at a time, every reply completes, the chats of a drained worker move between
     replies (reconnecting as a browser does), and the new processes run the new setting.
     The load is bounded (two chats, a pause between replies): on 2 cores a restarted copy
-    must still find the CPU to start within vLLM's own engine start-up timeout."""
+    must still find the CPU to start within vLLM's own engine start-up timeout. The setting
+    changed is one that leaves the compiled model as it was, so each copy's start reuses the
+    compile cache instead of compiling for minutes on cores busy with the other copy."""
     login = login_cookie(stack.url)
     browsers = [page_of_worker(stack.url, i, login) for i in range(2)]
     mark = len(stack.lines)
     restart = subprocess.Popen([sys.executable, "-m", "server.cli", "restart"], cwd=ROOT,
-                               env={**stack.env, "ERNIE_MAX_NUM_SEQS": "7"}, text=True,
+                               env={**stack.env, "ERNIE_STREAM_INTERVAL": "2"}, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     async def user(i: int, cookies: str) -> tuple[list[tuple[bool, str]], int]:
@@ -305,7 +317,7 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     finally:  # a failed chat leaves the restart running: the next tests need it over
         output = restart.communicate(timeout=900)[0]
     assert restart.returncode == 0, output
-    assert "[restart] changed: ERNIE_MAX_NUM_SEQS" in output and "[restart] done" in output, output
+    assert "[restart] changed: ERNIE_STREAM_INTERVAL" in output and "[restart] done" in output, output
     for step in ("engine 0", "engine 1", "app", "app 1"):
         assert f"[restart] {step}: back in rotation" in output, output
     turns = [turn for chat_turns, _ in results for turn in chat_turns]
@@ -315,9 +327,9 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     assert "restarting in" not in supervised and "exited with code" not in supervised, supervised
     running = descendants(stack.proc.pid)
     engines = [t for t in titles(running) if "--max-model-len" in t]
-    assert len(engines) == 2 and all("--max-num-seqs 7" in t for t in engines), engines
+    assert len(engines) == 2 and all("--stream-interval 2" in t for t in engines), engines
     workers = [p for p in running if "app.serve run" in " ".join(titles([p]))]
-    assert len(workers) == 2 and all(b"ERNIE_MAX_NUM_SEQS=7" in Path(f"/proc/{p}/environ").read_bytes()
+    assert len(workers) == 2 and all(b"ERNIE_STREAM_INTERVAL=2" in Path(f"/proc/{p}/environ").read_bytes()
                                      for p in workers)
 
 

@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from server.settings import load_settings
-from server.stack.engine_args import GIB, SERVE_MODULE, EngineCopy, engine_command
+from server.stack.engine_args import GIB, SERVE_MODULE, EngineCopy, engine_command, one_thread_per_core
 from tests.support.engine_args import PYTHON, MODEL, command
 SECRET = "sk-very-secret-4711"
 
@@ -61,6 +61,42 @@ def test_a_copy_listens_where_its_slot_says_with_its_share_of_the_gpu():
 
 
 # --- cpu -------------------------------------------------------------------------
+
+def bound(copy: EngineCopy, cpus, **settings) -> str | None:
+    env = engine_command(load_settings(**settings), MODEL, "cpu", PYTHON, copy, cpus=cpus).env
+    return env.get("VLLM_CPU_OMP_THREADS_BIND")
+
+
+def test_cpu_copies_bind_their_threads_to_cores_of_their_own():
+    copies = [EngineCopy("127.0.0.1", 41000 + i, index=i, copies=2) for i in range(2)]
+    assert [bound(c, [0, 1]) for c in copies] == ["0", "1"]          # the 2-core machine
+    # Two or more cores each: one left to the copy's own API server and engine core.
+    assert [bound(c, range(16)) for c in copies] == ["0,1,2,3,4,5,6", "8,9,10,11,12,13,14"]
+    three = [EngineCopy("127.0.0.1", 41000 + i, index=i, copies=3) for i in range(3)]
+    assert [bound(c, [9, 3, 5, 7, 11, 13, 15]) for c in three] == ["3", "7", "11,13"]   # the last takes the rest
+
+
+def test_vllm_binds_alone_for_one_copy_fewer_cores_than_copies_data_parallel_or_the_users_choice(monkeypatch):
+    settings = load_settings()
+    assert bound(EngineCopy.only(settings), [0, 1]) is None
+    assert bound(EngineCopy("127.0.0.1", 41001, index=1, copies=3), [0, 1]) is None
+    assert bound(EngineCopy("127.0.0.1", 41001, index=1, copies=2), [0, 1], data_parallel_size=2) is None
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert bound(EngineCopy("127.0.0.1", 41001, index=1, copies=2), [0, 1]) is None
+
+
+def test_a_gpu_copy_binds_no_cpu_threads():
+    env = engine_command(load_settings(), MODEL, "cuda", PYTHON,
+                         EngineCopy("127.0.0.1", 41001, index=1, copies=2), cpus=[0, 1]).env
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env
+
+
+def test_one_hardware_thread_of_each_core_counts(tmp_path):
+    for cpu, siblings in {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3", 4: "4"}.items():
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    assert one_thread_per_core([4, 3, 2, 1, 0, 9], tmp_path) == [0, 1, 4, 9]   # 9: the kernel says nothing
+
 
 def test_cpu_sizes_the_kv_pool_at_one_gib_by_default():
     argv = command("cpu").argv
