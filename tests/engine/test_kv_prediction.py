@@ -4,8 +4,8 @@ The demo model's own shape is read from the session engine's log (1 GiB pool). E
 shape gets its own config.json (the demo model's tokenizer, random weights via
 ``--load-format dummy``) and a short-lived vLLM in eager mode: the KV pool does not
 depend on compilation, and eager mode with an explicit pool skips the warm-up, so
-each start costs seconds instead of a minute. The engine is stopped as soon as it
-has logged its KV cache line.
+each start costs seconds instead of a minute. The shapes' engines start together, and each
+is stopped as soon as it has logged its KV cache line.
 """
 
 from __future__ import annotations
@@ -43,22 +43,42 @@ def make_shape(demo_model: Path, target: Path, changes: dict) -> dict:
     return config
 
 
-def reported_kv(engine_python: Path, model: Path, gib: float, max_len: int, log: Path):
-    argv = [str(engine_python), "-m", SERVE_MODULE, str(model),
-            "--load-format", "dummy", "--enforce-eager", "--port", str(free_port()),
-            "--max-model-len", str(max_len), "--kv-cache-memory-bytes", str(int(gib * kp.GIB))]
-    proc = ManagedProcess("engine", argv, log, cwd=ROOT)
-    proc.start()
+def reported_kvs(engine_python: Path, models: dict[str, tuple[Path, float, int]], tmp: Path) -> dict:
+    """Each model's KV cache report from a vLLM of its own, all started at once: a start is
+    mostly one process's Python imports at a time, so two fit on 2 cores in the time of one."""
+    procs, logs = {}, {name: tmp / f"llm-{name}.log" for name in models}
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.alive():
-            report = parse_kv_report(read_tail(log))
-            if report.complete:
-                return report
+        for name, (model, gib, max_len) in models.items():
+            argv = [str(engine_python), "-m", SERVE_MODULE, str(model),
+                    "--load-format", "dummy", "--enforce-eager", "--port", str(free_port()),
+                    "--max-model-len", str(max_len), "--kv-cache-memory-bytes", str(int(gib * kp.GIB))]
+            procs[name] = ManagedProcess(f"engine {name}", argv, logs[name], cwd=ROOT)
+            procs[name].start()
+        reports, deadline = {}, time.monotonic() + 300
+        while len(reports) < len(models):
+            for name in sorted(set(models) - set(reports)):
+                report, tail = parse_kv_report(read_tail(logs[name])), "\n".join(read_tail(logs[name])[-20:])
+                if report.complete:
+                    reports[name] = report
+                    procs[name].stop()
+                else:
+                    assert procs[name].alive(), f"the vLLM of {name} exited without a KV cache line:\n{tail}"
+                    assert time.monotonic() < deadline, f"no KV cache line in {name}'s log:\n{tail}"
             time.sleep(1)
-        raise AssertionError("no KV cache line in the log:\n" + "\n".join(read_tail(log)[-20:]))
+        return reports
     finally:
-        proc.stop()
+        for proc in procs.values():
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def shapes(engine_python, demo_model, tmp_path_factory) -> dict[str, tuple[dict, object]]:
+    """Each shape's config and its vLLM's KV report."""
+    tmp = tmp_path_factory.mktemp("kv-shapes")
+    configs = {name: make_shape(demo_model, tmp / name, changes) for name, (changes, _, _) in SHAPES.items()}
+    reports = reported_kvs(engine_python, {name: (tmp / name, gib, max_len)
+                                           for name, (_, gib, max_len) in SHAPES.items()}, tmp)
+    return {name: (configs[name], reports[name]) for name in SHAPES}
 
 
 def assert_predicted(shape: kp.ModelShape, gib: float, max_len: int, report) -> None:
@@ -72,11 +92,9 @@ def assert_predicted(shape: kp.ModelShape, gib: float, max_len: int, report) -> 
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_predicted_kv_pool_matches_vllm_cpu(name, engine_python, demo_model, tmp_path):
-    changes, gib, max_len = SHAPES[name]
-    model = tmp_path / name
-    config = make_shape(demo_model, model, changes)
-    report = reported_kv(engine_python, model, gib, max_len, tmp_path / "llm.log")
+def test_predicted_kv_pool_matches_vllm_cpu(name, shapes):
+    _, gib, max_len = SHAPES[name]
+    config, report = shapes[name]
     assert_predicted(kp.ModelShape.from_config(config, name), gib, max_len, report)
 
 

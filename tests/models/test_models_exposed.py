@@ -5,7 +5,8 @@ reached over the network address of this machine.
 What it must not allow: any path of either model but GET /health used without the API key, or
 either vLLM reachable around HAProxy. What must keep working: the chat on each model (the app
 reaches them through HAProxy with the key), `status` and `doctor`, the load tools (`bench`,
-`capacity --through engine`) with the key `up` made, and a Prometheus with `scrape-config`'s.
+`capacity --through engine`) with the key `up` made, and a Prometheus with `scrape-config`'s,
+whose dashboard panels show each model, all of them or the one chosen.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from server.paths import ROOT
 from tests.support.metrics import metric
 from tests.support.stack_process import Up, descendants, serving
 from tests.support.stack_process import KEY_FILE, command_line, network_address
-from tests.support.prometheus import Prometheus
+from tests.support.prometheus import Prometheus, assert_vllm_panels_show_each_model, drawn, vllm_queries
 from tests.support.ports import free_ports
 from tests.support.chat import run
 
@@ -190,7 +191,8 @@ def test_load_tools_send_the_generated_key_and_name_a_wrong_one(exposed_models, 
     assert refused.returncode != 0 and "the key was --api-key" in refused.stderr, refused.stderr
 
 
-def test_prometheus_scrapes_each_models_engine_with_the_scrape_config(exposed_models, tmp_path):
+def test_prometheus_scrapes_each_models_engine_and_the_dashboard_shows_each_and_the_one_chosen(
+        exposed_models, tmp_path):
     up = exposed_models
     printed = cli(up, "scrape-config")
     assert printed.returncode == 0, printed.stderr
@@ -205,5 +207,16 @@ def test_prometheus_scrapes_each_models_engine_with_the_scrape_config(exposed_mo
         for served in MODELS:  # each target is its own model's vLLM
             assert prometheus.value(f'sum(vllm:num_requests_running{{model="{served}", '
                                     f'model_name="{served}"}})') is not None, served
+        key = KEY_FILE.read_text().strip()
+        for served in MODELS:  # a request each while scraped: rates and latencies of its own
+            reply = httpx.post(f"{model_url(up, served)}/v1/chat/completions", timeout=120,
+                               headers={"Authorization": f"Bearer {key}"},
+                               json={"model": served, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+            assert reply.status_code == 200, reply.text
+        assert_vllm_panels_show_each_model(prometheus, list(MODELS))
+        # Drawn for one model chosen: each vLLM query draws its series alone, one fewer than for All.
+        _, every = drawn(prometheus, tmp_path / "all.png")
+        _, one = drawn(prometheus, tmp_path / "demo-small.png", "--model", "demo-small")
+        assert every - one == len(vllm_queries()), (every, one)
     finally:
         prometheus.stop()
