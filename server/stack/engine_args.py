@@ -93,10 +93,10 @@ def cpu_share(cpus: Sequence[int], index: int, copies: int) -> Optional[str]:
     (``VLLM_CPU_OMP_THREADS_BIND``), or None where there are fewer cores than copies.
 
     Left to vLLM (``auto``), every copy picks the same cores, since each process picks alone:
-    on 2 cores both copies bind core 0, so two copies compute no more than one, and a copy
-    restarted while the other generates waits for that core (docs/notes.md). Each copy
-    gets a contiguous share instead, less one core for its own API server and engine core
-    process where the share has two or more, as vLLM's ``auto`` leaves one for them."""
+    on 2 cores both copies bind core 0, on 16 both put a thread on each of 15 cores, two
+    threads a core (docs/notes.md). Each copy gets a contiguous share instead, less one core
+    for its own API server and engine core process where the share has two or more, as
+    vLLM's ``auto`` leaves one for them."""
     if copies < 2 or len(cpus) < copies:
         return None
     ids, size = sorted(cpus), len(cpus) // copies
