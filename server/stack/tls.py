@@ -7,11 +7,14 @@ valid now), since HAProxy's own refusal of them is terse and comes later.
 
 Without one, an exposed chat gets a certificate of a small CA made at the first start:
 browsers and clients can trust that CA's file once (it is printed at every start), and
-the server certificate can change under it (new addresses of the machine, renewal)
-without their trusting anything again.  The server certificate is renewed a month before
-it expires, the CA too (a new CA must be trusted again; it lasts ten years).  Everything
-is kept in ``.cache/tls/`` with mode 0600 (the keys are secrets; the CA's certificate is
-what users copy).
+the server certificate can change under it (renewal) without their trusting anything
+again.  The CA may vouch only for this machine's names and addresses (name constraints,
+critical): whoever reads its key can issue a certificate that clients trusting it accept for
+this machine, and for no other site.  So a machine that gains a name or an address gets a
+new CA, to be trusted again, as does a CA made before it had constraints.  The server
+certificate is renewed a month before it expires, the CA too (it lasts ten years).
+Everything is kept in ``.cache/tls/`` with mode 0600 (the keys are secrets; the CA's
+certificate is what users copy).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class ChatCertificate:
     subject: str
     not_after: datetime.datetime
     ca: Optional[Path] = None      # the local CA's certificate, for a certificate made here
+    new_ca: bool = False           # that CA was made at this start: clients must trust it again
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,25 @@ class HostNames:
             return False
         return (set(self.dns) <= set(names.get_values_for_type(x509.DNSName))
                 and set(self.ips) <= set(names.get_values_for_type(x509.IPAddress)))
+
+    def constraints(self) -> x509.NameConstraints:
+        """A CA limited to these names (and their subdomains) and exactly these addresses."""
+        return x509.NameConstraints(
+            permitted_subtrees=[x509.DNSName(n) for n in self.dns]
+            + [x509.IPAddress(ipaddress.ip_network(a)) for a in self.ips],
+            excluded_subtrees=None)
+
+    def permitted_by(self, ca: x509.Certificate) -> bool:
+        """Whether ``ca`` may vouch for every name and address here: not a CA without name
+        constraints, which may vouch for any site."""
+        try:
+            limits = ca.extensions.get_extension_for_class(x509.NameConstraints).value
+        except x509.ExtensionNotFound:
+            return False
+        permitted = limits.permitted_subtrees or []
+        return (set(self.dns) <= {n.value for n in permitted if isinstance(n, x509.DNSName)}
+                and {ipaddress.ip_network(a) for a in self.ips}
+                <= {n.value for n in permitted if isinstance(n, x509.IPAddress)})
 
 
 def now_utc() -> datetime.datetime:
@@ -185,7 +208,7 @@ def key_pem(key) -> bytes:
                              serialization.NoEncryption())
 
 
-def issue_ca(when: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def issue_ca(when: datetime.datetime, names: HostNames) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CA_NAME} ({socket.gethostname()})")])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
@@ -198,6 +221,7 @@ def issue_ca(when: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurv
                                          key_agreement=False, key_cert_sign=True, crl_sign=True,
                                          encipher_only=False, decipher_only=False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(names.constraints(), critical=True)
             .sign(key, hashes.SHA256()))
     return cert, key
 
@@ -233,12 +257,13 @@ def load_kept(cert_path: Path, key_path: Path):
         return None
 
 
-def local_ca(folder: Path, when: datetime.datetime):
-    """The CA kept in ``folder``, or a new one when there is none or it runs out."""
+def local_ca(folder: Path, names: HostNames, when: datetime.datetime):
+    """The CA kept in ``folder``, or a new one when there is none, it runs out, or it may not
+    vouch for every one of ``names`` (or for no name in particular: made without constraints)."""
     kept = load_kept(folder / "ca.pem", folder / "ca-key.pem")
-    if kept and fresh(kept[0], when):
+    if kept and fresh(kept[0], when) and names.permitted_by(kept[0]):
         return kept + (False,)
-    cert, key = issue_ca(when)
+    cert, key = issue_ca(when, names)
     write_pem(folder / "ca-key.pem", key_pem(key))
     write_pem(folder / "ca.pem", cert_pem(cert))
     return cert, key, True
@@ -249,7 +274,7 @@ def self_signed(folder: Path, names: HostNames,
     """A server certificate of the local CA in ``folder`` for ``names``: the one kept there
     while it is fresh, of that CA and covers the names; else a new one."""
     when = when or now_utc()
-    ca, ca_key, new_ca = local_ca(folder, when)
+    ca, ca_key, new_ca = local_ca(folder, names, when)
     kept = load_kept(folder / "server.pem", folder / "server-key.pem")
     if (new_ca or not kept or not fresh(kept[0], when) or kept[0].issuer != ca.subject
             or not names.covered_by(kept[0])):
@@ -258,7 +283,8 @@ def self_signed(folder: Path, names: HostNames,
         write_pem(folder / "server.pem", cert_pem(kept[0]))
     cert, key = kept
     pem = write_pem(folder / "chat.pem", cert_pem(cert) + key_pem(key))
-    return ChatCertificate(pem, cert.subject.rfc4514_string(), cert.not_valid_after_utc, folder / "ca.pem")
+    return ChatCertificate(pem, cert.subject.rfc4514_string(), cert.not_valid_after_utc, folder / "ca.pem",
+                           new_ca)
 
 
 def fingerprint(pem_path: Path) -> str:
@@ -292,9 +318,11 @@ def notice(settings: Settings, cert: Optional[ChatCertificate]) -> Optional[str]
         "[security] machine: browsers warn about it until they trust that CA. The CA's certificate:",
         f"[security]   {cert.ca}",
         f"[security]   SHA-256 {fingerprint(cert.ca)}",
-        "[security] Trust it on each client: import the file in the browser or the system (Debian/",
-        "[security] Ubuntu: copy it to /usr/local/share/ca-certificates/ernie-chat.crt, then run",
-        f"[security] sudo update-ca-certificates); curl --cacert {cert.ca.name} {url}",
+        *(["[security] This CA is new: a client that trusted an earlier one must trust this file",
+           "[security] instead (and may remove the earlier one)."] if cert.new_ca else []),
+        "[security] It may vouch only for this machine's names and addresses (name constraints).",
+        "[security] Trust it in each user's browser (Settings, Certificates, Authorities: import),",
+        f"[security] not system-wide; for scripts: curl --cacert {cert.ca.name} {url}",
         "[security] Or replace it with your team's certificate: ERNIE_TLS_CERT=<PEM of the",
         "[security] certificate and its chain> ERNIE_TLS_KEY=<PEM of its key>, and start again.",
         f"[security] Plain http:// on port {port} redirects to https://.",

@@ -15,8 +15,10 @@ import re
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -32,7 +34,7 @@ from server.stack.supervisor import Stack
 from server.paths import ROOT
 from tests.support.settings import engine_settings
 from tests.support.browser import ASSISTANT, CHROMIUM, CHROMIUM_ARGS, log_in, send
-from tests.support.certificates import team_certificate
+from tests.support.certificates import names, team_certificate
 
 USER, PASSWORD = "alice", "tls-wonderland-17"
 
@@ -163,6 +165,51 @@ def test_a_client_stalling_in_its_tls_handshake_is_cut(tls_app):
             except socket.timeout:
                 continue
         assert time.monotonic() - started <= 13
+
+
+class ForgedSite:
+    """A real HTTPS server, as a man in the middle who read the chat's CA key would run one:
+    it serves a certificate issued with that key for ``served``."""
+
+    def __init__(self, certificate: tls.ChatCertificate, served: tls.HostNames, folder: Path):
+        ca = x509.load_pem_x509_certificate(certificate.ca.read_bytes())
+        ca_key = serialization.load_pem_private_key((certificate.ca.parent / "ca-key.pem").read_bytes(), None)
+        cert, key = tls.issue_server(ca, ca_key, served, tls.now_utc())
+        pem = folder / f"forged-{served.dns[0]}.pem"
+        pem.write_bytes(tls.cert_pem(cert) + tls.key_pem(key))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pem)
+
+        class Hello(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_cas_key_cannot_vouch_for_another_site(tls_app, tmp_path):
+    """Whoever reads .cache/tls/ca-key.pem can issue certificates, but clients that trust the
+    chat's CA accept them only for this machine's names: curl, trusting that CA alone, refuses
+    a site that serves one for intranet.example.com, and takes one made for localhost."""
+    _, certificate = tls_app
+    for name, expected in (("intranet.example.com", "60"), ("localhost", "200")):
+        site = ForgedSite(certificate, names(name), tmp_path)
+        try:
+            done = curl("--cacert", str(certificate.ca), "--resolve", f"{name}:{site.port}:127.0.0.1",
+                        f"https://{name}:{site.port}/")
+        finally:
+            site.close()
+        assert (str(done.returncode) if done.returncode else done.stdout[:3]) == expected, (name, done)
 
 
 def launch_chromium(pw, trusted_pem: bytes = b""):

@@ -18,9 +18,10 @@ def names(*dns: str, ips=("127.0.0.1",)) -> tls.HostNames:
 def team_certificate(folder: Path, expired: bool = False) -> tuple[Path, Path, Path]:
     """A certificate for 127.0.0.1 from a CA of the test's own: (CA, certificate, key) files."""
     now = tls.now_utc()
-    ca, ca_key = tls.issue_ca(now - 500 * DAY)
+    served = names("localhost")
+    ca, ca_key = tls.issue_ca(now - 500 * DAY, served)
     # Issued long ago, an expired one is past its end (397 days).
-    cert, key = tls.issue_server(ca, ca_key, names("localhost"), now - (400 if expired else 0) * DAY)
+    cert, key = tls.issue_server(ca, ca_key, served, now - (400 if expired else 0) * DAY)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "team-ca.pem").write_bytes(tls.cert_pem(ca))
     (folder / "team.crt").write_bytes(tls.cert_pem(cert))

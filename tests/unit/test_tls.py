@@ -4,10 +4,14 @@ before anything starts, and the certificate made here."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import stat
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509 import verification
+from cryptography.x509.oid import NameOID
 
 from server.settings import load_settings
 from server.stack import balancer, tls
@@ -107,18 +111,67 @@ def test_made_certificate_is_kept_renewed_and_reissued_for_new_names(tmp_path):
         return cert.ca.read_bytes(), cert.pem.read_bytes(), cert
 
     ca, pem, first = made(NOW)
+    assert first.new_ca
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in tmp_path.iterdir())
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
-    assert made(NOW + DAY)[:2] == (ca, pem)  # kept
-    # A new address of the machine: a new server certificate, of the same CA (still trusted).
-    moved_ca, moved, _ = made(NOW + DAY, "127.0.0.1", "10.1.2.3")
-    assert moved != pem and moved_ca == ca
+    assert made(NOW + DAY)[:2] == (ca, pem) and not made(NOW + DAY)[2].new_ca  # kept
     # Near its end it is renewed, under the same CA.
     renewed_ca, _, renewed = made(first.not_after - DAY)
-    assert renewed.not_after > first.not_after and renewed_ca == ca
+    assert renewed.not_after > first.not_after and renewed_ca == ca and not renewed.new_ca
+    # A new address of the machine is outside the CA's constraints: a new CA, to trust again.
+    moved_ca, moved, moved_cert = made(first.not_after - DAY, "127.0.0.1", "10.1.2.3")
+    assert moved != pem and moved_ca != ca and moved_cert.new_ca
     # A CA near its end is replaced, and so is everything it signed.
-    later_ca, _, later = made(NOW + tls.CA_DAYS * DAY)
-    assert later_ca != ca and later.not_after > NOW + tls.CA_DAYS * DAY
+    end = first.not_after - DAY + tls.CA_DAYS * DAY
+    later_ca, _, later = made(end, "127.0.0.1", "10.1.2.3")
+    assert later_ca != moved_ca and later.not_after > end and later.new_ca
+
+
+def verified(ca: x509.Certificate, leaf: x509.Certificate, name: str, when: datetime.datetime) -> bool:
+    """Whether a client trusting ``ca`` alone accepts ``leaf`` for ``name`` (RFC 5280 path
+    validation, name constraints included: cryptography's verifier)."""
+    subject = (verification.IPAddress(ipaddress.ip_address(name)) if name[0].isdigit()
+               else verification.DNSName(name))
+    verifier = (verification.PolicyBuilder().store(verification.Store([ca])).time(when)
+                .build_server_verifier(subject))
+    try:
+        verifier.verify(leaf, [])
+        return True
+    except verification.VerificationError:
+        return False
+
+
+def test_the_ca_made_here_vouches_only_for_the_machines_names(tmp_path):
+    served = names("host", "localhost", ips=("127.0.0.1", "10.1.2.3"))
+    made = tls.self_signed(tmp_path, served, NOW)
+    ca = x509.load_pem_x509_certificate(made.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key((tmp_path / "ca-key.pem").read_bytes(), None)
+    server = x509.load_pem_x509_certificate((tmp_path / "server.pem").read_bytes())
+    assert ca.extensions.get_extension_for_class(x509.NameConstraints).critical
+    assert all(verified(ca, server, name, NOW) for name in ("host", "localhost", "127.0.0.1", "10.1.2.3"))
+    # Whoever reads its key issues a certificate for another site: no client trusting it accepts it.
+    for other in (names("intranet.example.com"), names("host", ips=("10.9.9.9",))):
+        forged, _ = tls.issue_server(ca, ca_key, other, NOW)
+        assert not verified(ca, forged, other.dns[0] if other.dns[0] != "host" else "10.9.9.9", NOW), other
+    # A name under one of its names is the machine's to give: allowed, as RFC 5280 reads it.
+    sub, _ = tls.issue_server(ca, ca_key, names("chat.host"), NOW)
+    assert verified(ca, sub, "chat.host", NOW)
+
+
+def test_a_ca_made_without_constraints_is_replaced(tmp_path):
+    served = names("host")
+    key = tls.new_key()
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "an earlier version's CA")])
+    unbounded = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                 .public_key(key.public_key()).serial_number(1)
+                 .not_valid_before(NOW - DAY).not_valid_after(NOW + 3000 * DAY)
+                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                 .sign(key, hashes.SHA256()))
+    tls.write_pem(tmp_path / "ca.pem", tls.cert_pem(unbounded))
+    tls.write_pem(tmp_path / "ca-key.pem", tls.key_pem(key))
+    made = tls.self_signed(tmp_path, served, NOW)
+    assert made.new_ca and made.ca.read_bytes() != tls.cert_pem(unbounded)
+    assert served.permitted_by(x509.load_pem_x509_certificate(made.ca.read_bytes()))
 
 
 def test_made_certificate_names_the_bind_host_and_the_machine():
@@ -135,6 +188,8 @@ def test_start_says_where_the_ca_is_and_how_to_replace_it(tmp_path):
     made = tls.prepare(settings, tmp_path)
     text = tls.notice(settings, made)
     assert str(made.ca) in text and tls.fingerprint(made.ca) in text
+    assert "This CA is new" in text and "name constraints" in text and "update-ca-certificates" not in text
+    assert "This CA is new" not in tls.notice(settings, tls.prepare(settings, tmp_path))  # kept
     assert "ERNIE_TLS_CERT=" in text and "ERNIE_TLS_KEY=" in text and "https://127.0.0.1:8080" in text
     plain = tls.notice(load_settings(app_host="0.0.0.0", open_chat=True, tls="off"), None)
     assert "UNENCRYPTED" in plain
