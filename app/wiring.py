@@ -12,8 +12,8 @@ from app.conversation import in_flight
 from app.conversation.answer import MAX_UPLOAD_BYTES
 from app.kept import chat_files, chat_search, drain, saved_chats, stores
 from app.pages import admin_page, live_page, share_page
-from app.web import (boot_cookie, files_dir, origins, page_policy, served_files, session_guard, upload_check,
-                     upload_limit)
+from app.web import (boot_cookie, closed_routes, files_dir, origins, page_policy, served_files, session_guard,
+                     upload_check, upload_limit)
 from app.worker import ENGINES, SETTINGS
 from server import chat_db
 
@@ -25,6 +25,7 @@ live_page.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
 files_dir.install()
 session_guard.install()
 upload_check.install()
+closed_routes.install()
 upload_limit.install(MAX_UPLOAD_BYTES)
 served_files.install()
 page_policy.install()

@@ -5,6 +5,8 @@ back with zbar's ``zbarimg``."""
 from __future__ import annotations
 
 
+import time
+
 import httpx
 import pytest
 
@@ -13,6 +15,7 @@ from tests.support.settings import start_app
 from tests.support.browser import log_in, send, LINK, command
 from tests.support.browser import finished_replies
 from tests.support.share import decoded, XSS
+from tests.support.chat import chats, run
 
 
 # --- the whole path, in a real browser -----------------------------------------------
@@ -82,3 +85,31 @@ def test_another_user_shares_only_their_own_chat(page_factory, sharing_app):
     assert bob_link != alice_link
     bob_page = httpx.get(bob_link, timeout=10).text
     assert "own question" in bob_page and "secret plan" not in bob_page
+
+
+def test_chainlits_own_sharing_routes_answer_404(sharing_app):
+    """Chainlit's PUT /project/thread/share would let the author mark a thread shared, and its
+    GET /project/share/<id> would then give it to anyone without login, past /unshare."""
+    url = sharing_app.app_url
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/login", data={"username": "alice", "password": "wonderland"}).status_code == 200
+        cookie = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
+
+    async def chat() -> str:
+        [session] = await chats(url, cookie, ["A chat to share the wrong way."])
+        await session.ask()
+        await session.close()
+        return session.record.thread_id
+    thread = run(chat())
+    listing = {"pagination": {"first": 50}, "filter": {}}
+    deadline = time.monotonic() + 30  # saved in the background: the author's own list shows it
+    while thread not in [t["id"] for t in httpx.post(f"{url}/project/threads", json=listing, timeout=30,
+                                                      headers={"Cookie": cookie}).json()["data"]]:
+        assert time.monotonic() < deadline, "the chat was not saved"
+        time.sleep(0.5)
+    shared = httpx.put(f"{url}/project/thread/share", json={"threadId": thread, "isShared": True},
+                       headers={"Cookie": cookie}, timeout=30)
+    assert shared.status_code == 404, shared.text
+    for headers in ({}, {"Cookie": cookie}):
+        read = httpx.get(f"{url}/project/share/{thread}", headers=headers, timeout=30)
+        assert read.status_code == 404 and "A chat to share" not in read.text, read.text
