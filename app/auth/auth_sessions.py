@@ -2,8 +2,7 @@
 
 Works around Chainlit 2.12, whose login token (a JWT, ``chainlit/auth/jwt.py``) is
 valid until it expires, whatever happens meanwhile: ``/logout`` only drops the
-browser's cookie (a copy of the token keeps working), ``/auth/jwt`` renews any valid
-token, and a user removed from ERNIE_USERS or given a new password keeps the access
+browser's cookie (a copy of the token keeps working), and a user removed from ERNIE_USERS or given a new password keeps the access
 they had.  Drop this module when Chainlit can revoke tokens itself.
 
 What it adds, with the state in the shared store (``server/auth_store.py``), so that
@@ -16,8 +15,9 @@ every worker agrees and a restart forgets nothing:
   password has not changed since: a password login's token carries a keyed
   fingerprint of the stored secret (``fingerprint``), compared with the current one;
   and that a password login's admin role (``ROLE_KEY``) still matches ERNIE_ADMINS;
-- ``/auth/jwt`` refuses to renew a token that fails those checks;
 - its lifetime is ERNIE_SESSION_LIFETIME_S.
+
+Chainlit's ``/auth/jwt``, which renews any valid token, is closed (``app/web/closed_routes.py``).
 
 How: FastAPI's ``dependency_overrides`` replaces ``chainlit.auth.get_current_user``
 for every route that asks for the user (``UserParam``, and ``app/pages/live_page.py``);
@@ -42,7 +42,6 @@ from chainlit.auth.jwt import get_jwt_secret
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security.utils import get_authorization_scheme_param
 
-from app.web.asgi_headers import send_refusal
 from server.auth_store import AuthStore, open_store
 from server.settings import Settings
 
@@ -97,9 +96,8 @@ class Sessions:
 
     @staticmethod
     def oidc_metadata(admin: bool) -> dict:
-        """What a sign-in through the provider puts in its token.  ``signed_in`` survives
-        ``/auth/jwt`` renewals (they copy the metadata), so the provider is asked again in
-        time however often the token is renewed."""
+        """What a sign-in through the provider puts in its token: ``signed_in``, from which
+        the provider is asked again in time."""
         return login_metadata(OIDC_PROVIDER, admin, signed_in=int(time.time()))
 
     def claims(self, token: Optional[str]) -> Optional[dict]:
@@ -161,21 +159,6 @@ def _bearer(headers) -> Optional[str]:
     return token if scheme.lower() == "bearer" else None
 
 
-class RenewalGuard:
-    """Pure ASGI middleware: ``POST /auth/jwt`` with a revoked or stale token gets 401."""
-
-    def __init__(self, app, sessions: Sessions):
-        self.app, self.sessions = app, sessions
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/auth/jwt":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            if not await self.sessions.usable(_bearer(headers)):
-                await send_refusal(send, 401, "Invalid token")
-                return
-        await self.app(scope, receive, send)
-
-
 def start(settings: Settings) -> Sessions:
     """The checks over the shared store, installed; call at import time of the Chainlit app,
     with passwords, a provider or both turned on."""
@@ -208,7 +191,6 @@ def install(sessions: Sessions, lifetime_s: float) -> None:
 
     app.dependency_overrides[get_current_user] = checked_user
     chainlit.socket.get_current_user = socket_user
-    app.add_middleware(RenewalGuard, sessions=sessions)
 
     @cl.on_logout
     async def revoke_on_logout(request: Request, response: Response) -> dict:
