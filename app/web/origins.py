@@ -10,6 +10,11 @@ page the user visits could then call the chat's API and open a chat socket as th
 Host, which HAProxy passes on unchanged, so it holds for every address and port the
 chat is reached at) plus the configured origins.  Requests without an Origin are
 not browsers' cross-site requests and are left alone, as before.
+
+The same rule guards ``POST /login``, which CORS does not: a form on another site posts
+there without asking, and the answer's cookie signs the visitor's browser into the account
+the form named (login CSRF), so that what they type next is saved in the attacker's chats.
+Browsers send an Origin with every cross-site POST.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from urllib.parse import urlsplit
 
 import chainlit.server
 from starlette.middleware.cors import CORSMiddleware
+
+from app.web.asgi_headers import send_refusal
 
 
 def same_origin(origin: str, environ: dict) -> bool:
@@ -36,6 +43,28 @@ def socket_origin_check(allowed: list[str]):
     return allowed_origin
 
 
+LOGIN_REFUSAL = ("a login must come from the chat's own page: this one was sent from another site "
+                 "(add that site to ERNIE_ALLOWED_ORIGINS if it is yours)")
+
+
+class LoginOriginGuard:
+    """Pure ASGI middleware: ``POST /login`` with another site's Origin gets 403."""
+
+    def __init__(self, app, allowed: list[str]):
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/login":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            origin = headers.get("origin")
+            environ = {"HTTP_HOST": headers.get("host", ""),
+                       "HTTP_X_FORWARDED_HOST": headers.get("x-forwarded-host", "")}
+            if origin is not None and not (origin.lower() in self.allowed or same_origin(origin, environ)):
+                await send_refusal(send, 403, LOGIN_REFUSAL)
+                return
+        await self.app(scope, receive, send)
+
+
 def install(allowed_origins: str) -> None:
     """Call at import time of the app, before Chainlit's middleware stack is built;
     ``allowed_origins`` is ERNIE_ALLOWED_ORIGINS, checked and in lower case."""
@@ -45,3 +74,4 @@ def install(allowed_origins: str) -> None:
         if middleware.cls is CORSMiddleware:
             # Same-origin requests need no CORS header: only the configured others get one.
             middleware.kwargs["allow_origins"] = allowed
+    chainlit.server.app.add_middleware(LoginOriginGuard, allowed=allowed)

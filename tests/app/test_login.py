@@ -12,7 +12,7 @@ import pytest
 from app.auth import device_cookie
 from app.auth.login_throttle import ADDRESS_FREE_FAILURES, FREE_FAILURES, LoginThrottle, Policies, attempt_plan
 from tests.support.settings import start_app
-from tests.support.login import FakeClock, MAX_S, POLICY, login_app_settings, login
+from tests.support.login import FakeClock, MAX_S, POLICY, USERS, login_app_settings, login
 
 
 def test_parallel_workers_on_one_store_take_turns(new_store):
@@ -112,3 +112,17 @@ def test_a_burst_of_parallel_guesses_gets_429_not_more_checks(login_app):
             assert int(response.headers["retry-after"]) >= 1
             expected = "登录失败次数过多" if i % 2 else "Too many failed logins"
             assert expected in response.json()["detail"]
+
+
+def test_a_login_posted_from_another_site_is_refused(login_app):
+    """Login CSRF: a form on another site posting the attacker's name and password would sign
+    the visitor's browser into the attacker's account. Browsers send the page's Origin."""
+    for origin, expected in (("https://evil.example", 403), ("null", 403),
+                             (login_app.app_url.replace("127.0.0.1", "127.0.0.1.evil.example"), 403),
+                             (login_app.app_url, 200), (None, 200)):
+        status, _, response = login(login_app, "dave", USERS["dave"], source="127.0.0.9",
+                                    headers={"Origin": origin} if origin else None)
+        assert status == expected, (origin, response.text)
+        assert ("access_token" in response.cookies) == (expected == 200), (origin, response.headers)
+        if expected == 403:
+            assert "from another site" in response.json()["detail"]
