@@ -91,8 +91,9 @@ def decide(claims: dict, rules: Rules) -> Union[Admitted, Refused]:
     email = claims.get("email").strip().lower() if isinstance(claims.get("email"), str) else ""
     # One mailbox, one name (and one set of saved chats), however the provider capitalises it.
     name = email if rules.user_claim == "email" else name.strip()
-    # Someone whose address the provider has not checked could claim anyone's.
-    if claims.get("email_verified") is False and (rules.user_claim == "email" or rules.domains):
+    # Someone whose address the provider has not checked could claim anyone's: where the
+    # address decides, only the provider's own true counts (not "false", not a missing claim).
+    if claims.get("email_verified") is not True and (rules.user_claim == "email" or rules.domains):
         return Refused(name, "e-mail not verified by the provider", "oidc_not_allowed")
     if name in rules.password_users:
         return Refused(name, "the name is a password user's (ERNIE_USERS)", "oidc_not_allowed")
@@ -162,7 +163,10 @@ class OidcProvider(OAuthProvider):
         response.raise_for_status()
         userinfo = response.json()
         id_claims = _ID_CLAIMS.get()
-        # OpenID Connect Core 5.3.2: userinfo about another subject must not be used.
+        # OpenID Connect Core 2: an ID token names its subject; without one, userinfo could be
+        # about anyone. 5.3.2: userinfo about another subject must not be used.
+        if not isinstance(id_claims.get("sub"), str) or not id_claims["sub"]:
+            raise HTTPException(status_code=400, detail="the ID token names no subject (sub)")
         if not isinstance(userinfo, dict) or userinfo.get("sub") != id_claims.get("sub"):
             raise HTTPException(status_code=400, detail="userinfo is not about the ID token's subject")
         claims = {**id_claims, **userinfo}

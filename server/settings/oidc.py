@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Optional
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, SecretStr
 
@@ -12,13 +14,32 @@ PROVIDER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 HTTP_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 
 
-def checked_url(value: Optional[str]) -> Optional[str]:
+def loopback(host: Optional[str]) -> bool:
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def checked_issuer(value: Optional[str]) -> Optional[str]:
+    """An https URL, or http for a provider on this machine only: over plain http the
+    provider's discovery document, keys and answers about who signed in could be altered on
+    the way."""
     if value is None or not value.strip():
         return None
     value = value.strip().rstrip("/")
     if not HTTP_URL.fullmatch(value):
         raise ValueError(f"{value!r} is not an http(s) URL without query or fragment "
                          "(e.g. https://sso.example.com/realms/staff)")
+    parts = urlsplit(value)
+    if parts.scheme != "https" and not loopback(parts.hostname):
+        raise ValueError(f"{value!r} is plain http: anyone on the way could answer for the provider "
+                         "and sign in as anyone. Use the provider's https:// URL (http is taken only "
+                         "for a provider on this machine: localhost, 127.0.0.1, ::1)")
     return value
 
 
@@ -34,7 +55,7 @@ def comma_list(value: str) -> tuple[str, ...]:
 
 
 class OidcSettings(BaseModel):
-    oidc_issuer: Annotated[Optional[str], AfterValidator(checked_url)] = Field(
+    oidc_issuer: Annotated[Optional[str], AfterValidator(checked_issuer)] = Field(
         None, description="OpenID Connect issuer URL; set, the login page offers sign-in through "
         "this provider (its endpoints come from <issuer>/.well-known/openid-configuration at start). "
         "Works alongside ERNIE_USERS.")

@@ -10,12 +10,17 @@ listens: signing in, saved chats and roles need no replies.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
 import pytest
 from fastapi import HTTPException
 
+from app.auth import oidc
 from app.auth.auth_sessions import Sessions
 from app.auth.oidc import Admitted, OidcProvider, Refused, Rules, decide, refusal_page
 from server.auth_store import open_store
@@ -50,11 +55,20 @@ def test_a_member_of_an_allowed_group_gets_in_and_an_admin_group_makes_an_admin(
     ({"email": "alice@elsewhere.org"}, "e-mail domain not in example.com"),
     ({"email": "alice@example.com.evil.org"}, "e-mail domain not in example.com"),
     ({"email_verified": False}, "e-mail not verified by the provider"),
+    ({"email_verified": "false"}, "e-mail not verified by the provider"),   # a string is no true
+    ({"email_verified": None}, "e-mail not verified by the provider"),
     ({"email": "dave"}, "the name is a password user's (ERNIE_USERS)"),
 ])
 def test_who_is_refused_and_why(changed, reason):
     verdict = decide(claims(**changed), RULES)
     assert isinstance(verdict, Refused) and verdict.reason == reason and verdict.key == "oidc_not_allowed"
+
+
+def test_an_unverified_address_is_refused_only_where_the_address_decides():
+    unverified = {k: v for k, v in claims().items() if k != "email_verified"}
+    assert isinstance(decide(unverified, RULES), Refused)
+    by_name = dataclasses.replace(RULES, user_claim="preferred_username", domains=())
+    assert decide({**unverified, "preferred_username": "alice"}, by_name).identifier == "alice"
 
 
 def test_a_provider_that_does_not_name_the_user_is_refused_with_its_own_text():
@@ -100,6 +114,46 @@ def test_an_id_token_for_another_client_issuer_or_time_is_refused(changed, says)
         provider.id_token_claims(token)
 
 
+class Userinfo(BaseHTTPRequestHandler):
+    """The provider's userinfo endpoint, answering about subject 1. A stand-in in this thread:
+    a real provider's ID tokens always name their subject, so it cannot send one without."""
+
+    def do_GET(self):
+        body = json.dumps({"sub": "1", "email": "alice@example.com"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.usefixtures("clean_env")
+async def test_userinfo_is_taken_only_about_the_id_tokens_named_subject():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Userinfo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings = load_settings(oidc_issuer=ISSUER, oidc_client_id="chat", oidc_client_secret="s",
+                                 public_url="https://chat.example.com")
+        endpoints = dataclasses.replace(endpoints_from(DOCUMENT, ISSUER),
+                                        userinfo=f"http://127.0.0.1:{server.server_address[1]}/userinfo")
+        provider = OidcProvider(settings, endpoints)
+        for id_claims, refusal in (({"sub": "1"}, None), ({}, "names no subject"), ({"sub": ""}, "names no subject"),
+                                   ({"sub": "2"}, "not about the ID token's subject")):
+            oidc._ID_CLAIMS.set(id_claims)
+            if refusal is None:
+                claims, user = await provider.get_user_info("token")
+                assert user.identifier == "1" and claims["email"] == "alice@example.com"
+            else:
+                with pytest.raises(HTTPException, match=refusal):
+                    await provider.get_user_info("token")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize("document, says", [
     ({**DOCUMENT, "issuer": "https://sso.example.com/realms/other"}, "names the issuer"),
     ({k: v for k, v in DOCUMENT.items() if k != "userinfo_endpoint"}, "lacks userinfo_endpoint"),
@@ -122,6 +176,22 @@ def test_up_stops_before_starting_anything_when_the_issuer_is_unreachable():
                              public_url="https://chat.example.com", engine_url="http://127.0.0.1:1")
     with pytest.raises(StartupFailed, match=f"cannot reach the OpenID Connect provider at {issuer}"):
         Stack(settings, root=ROOT).check_before_start()
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("issuer, taken", [
+    ("http://sso.example.com/realms/staff", False), ("http://10.0.0.5:8080", False),
+    ("http://localhost:8080", True), ("http://127.0.0.1:9000/x", True), ("http://[::1]:9000", True),
+    ("https://sso.example.com", True)])
+def test_a_plain_http_issuer_is_taken_only_on_this_machine(issuer, taken):
+    def load():
+        return load_settings(oidc_issuer=issuer, oidc_client_id="chat", oidc_client_secret="s",
+                             public_url="https://chat.example.com", chat_db="chats.db")
+    if taken:
+        assert load().oidc_issuer == issuer
+    else:
+        with pytest.raises(SettingsError, match="plain http: anyone on the way could answer"):
+            load()
 
 
 @pytest.mark.usefixtures("clean_env")
