@@ -58,6 +58,10 @@ def matches(secret: str, password: str) -> bool:
     if is_hash(secret):
         # bcrypt refuses over-long input; no stored hash can be of such a password.
         return len(data) <= MAX_BYTES and bcrypt.checkpw(data, secret.encode())
+    # As slow as a hash's check: answered in microseconds, a plain-text user's name would
+    # stand out from the names that do not exist, which cost a bcrypt check (_DUMMY).
+    if len(data) <= MAX_BYTES:
+        bcrypt.checkpw(data, _DUMMY.encode())
     return hmac.compare_digest(secret.encode("utf-8"), data)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, SecretStr
@@ -16,6 +17,11 @@ def checked_engine_url(value: Optional[str]) -> Optional[str]:
         return None
     if not value.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
+    # A user and password in the URL would be shown wherever the URL is (the welcome, /status,
+    # the live page, errors), and the chat's clients cannot send them beside the API key.
+    if "@" in urlsplit(value).netloc:
+        raise ValueError("holds a user or password (user:password@): leave them out and give the "
+                         "server's key in ERNIE_API_KEY instead (sent as a bearer token)")
     return api_root(value)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
 
@@ -19,6 +20,19 @@ def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
 
+def without_password(value):
+    """A URL's user and password hidden, whatever field it was given in; any other value as is."""
+    if not isinstance(value, str) or "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return value
+    if "@" not in parts.netloc:
+        return value
+    return urlunsplit(parts._replace(netloc="<hidden>@" + parts.netloc.rpartition("@")[2]))
+
+
 def describe_errors(exc: ValidationError, fields: dict, secret_fields: set[str]) -> str:
     """One line per bad field: which variable, what value, what is allowed."""
     lines = ["Invalid settings (from the environment or .env):"]
@@ -28,7 +42,7 @@ def describe_errors(exc: ValidationError, fields: dict, secret_fields: set[str])
         if not field:  # a rule across fields: its message names them
             lines.append(f"  {message}")
             continue
-        value = "<hidden>" if field in secret_fields else repr(err.get("input"))
+        value = "<hidden>" if field in secret_fields else repr(without_password(err.get("input")))
         lines.append(f"  {env_name(field)}={value}: {message}")
         described = fields.get(field)
         if described is not None and described.description:

@@ -52,6 +52,19 @@ def test_an_unknown_user_takes_as_long_as_a_wrong_password():
     assert unknown > known / 3, (known, unknown)
 
 
+def test_every_name_costs_one_bcrypt_check_of_the_same_rounds(monkeypatch):
+    """A hashed user, a plain-text one and a name that does not exist each cost one bcrypt check
+    of 2^12 rounds, right password or wrong: the answer's time tells none of them apart."""
+    users = {"alice": passwords.hash_password("wonderland"), "bob": "builder"}
+    checked, real = [], passwords.bcrypt.checkpw
+    monkeypatch.setattr(passwords.bcrypt, "checkpw", lambda data, hashed: checked.append(hashed[:7]) or real(data, hashed))
+    for name, password in [("alice", "guess"), ("alice", "wonderland"), ("bob", "guess"), ("bob", "builder"),
+                           ("nobody", "guess")]:
+        checked.clear()
+        passwords.check_password(users, name, password)
+        assert checked == [b"$2b$12$"], (name, password, checked)
+
+
 @pytest.mark.parametrize("password, problem", [("", "empty"), ("é" * 37, "74 bytes")])
 def test_passwords_bcrypt_cannot_hold_are_refused(password, problem):
     with pytest.raises(passwords.BadInput, match=problem):

@@ -125,6 +125,12 @@ def test_engine_url_without_scheme_is_rejected(monkeypatch):
     assert "http://" in message and "https://" in message
 
 
+def test_engine_url_with_a_user_and_password_is_refused_without_showing_them(monkeypatch):
+    message = error_for(monkeypatch, "ERNIE_ENGINE_URL", "https://probe:hunter2@gpu-box:8000/v1")
+    assert "ERNIE_ENGINE_URL='https://<hidden>@gpu-box:8000/v1'" in message, message
+    assert "ERNIE_API_KEY" in message and "hunter2" not in message and "probe" not in message
+
+
 @pytest.mark.parametrize("value", ["http://gpu-box:8000/v1", "http://gpu-box:8000/v1/",
                                    "http://gpu-box:8000/"])
 def test_engine_url_is_normalised_to_the_server_root(monkeypatch, value):
