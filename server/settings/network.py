@@ -28,6 +28,21 @@ def checked_origins(value: str) -> str:
     return ",".join(found)
 
 
+def checked_proxies(value: str) -> str:
+    """Addresses or networks, comma-separated, as HAProxy and uvicorn read them."""
+    found = [item.strip() for item in value.split(",") if item.strip()]
+    for item in found:
+        try:
+            network = ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an address or a network: write each as an IP address "
+                             "or CIDR (e.g. 10.0.0.9 or 172.18.0.0/16), comma-separated") from None
+        if network.prefixlen == 0:
+            # Every address: any client could then say it is anyone.
+            raise ValueError(f"{item!r} trusts every address: name the proxy's own address or network")
+    return ",".join(found)
+
+
 def checked_public_url(value: str) -> str:
     """The chat's own origin as others reach it, in lower case; empty when unset."""
     url = value.strip().rstrip("/").lower()
@@ -73,11 +88,20 @@ class NetworkSettings(BaseModel):
     allowed_origins: Annotated[str, AfterValidator(checked_origins)] = Field(
         "", description="Other web origins (scheme://host:port, comma-separated) whose pages may use "
         "the chat with the user's cookies (CORS, its socket). Empty: only the chat's own origin.")
+    trusted_proxies: Annotated[str, AfterValidator(checked_proxies)] = Field(
+        "", description="Reverse proxies in front of the chat (addresses or networks, comma-separated, "
+        "e.g. 172.18.0.0/16 for Traefik or nginx in another container) whose X-Forwarded-For names "
+        "the user's address for the per-user limits and the login throttle, and which the "
+        "per-address connection limit leaves alone. Empty: only this machine's own proxies (127.0.0.1).")
     public_url: Annotated[str, AfterValidator(checked_public_url)] = Field(
         "", description="The chat's address as its users reach it (scheme://host:port, e.g. "
         "https://chat.example.com), used in shared chats' links and QR codes (empty: the address "
         "the sharing user's browser shows) and by sign-in through a provider, which sends users "
         "back to <it>/auth/oauth/<ERNIE_OIDC_NAME>/callback (required with ERNIE_OIDC_ISSUER).")
+
+    @property
+    def proxies(self) -> tuple[str, ...]:
+        return tuple(item for item in self.trusted_proxies.split(",") if item)
 
     def problems(self) -> list[str]:
         if app_exposed(self) and not self.login_on and not self.open_chat:

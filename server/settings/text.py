@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
+
+from server.chat_db import without_password
 
 ENV_PREFIX = "ERNIE_"
 _ENV_LINE = re.compile(r"^\s*(export\s+)?[A-Za-z_][A-Za-z0-9_]*\s*=")
@@ -18,19 +19,6 @@ _ENV_LINE = re.compile(r"^\s*(export\s+)?[A-Za-z_][A-Za-z0-9_]*\s*=")
 
 def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
-
-
-def without_password(value):
-    """A URL's user and password hidden, whatever field it was given in; any other value as is."""
-    if not isinstance(value, str) or "://" not in value:
-        return value
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if "@" not in parts.netloc:
-        return value
-    return urlunsplit(parts._replace(netloc="<hidden>@" + parts.netloc.rpartition("@")[2]))
 
 
 def describe_errors(exc: ValidationError, fields: dict, secret_fields: set[str]) -> str:
@@ -42,7 +30,10 @@ def describe_errors(exc: ValidationError, fields: dict, secret_fields: set[str])
         if not field:  # a rule across fields: its message names them
             lines.append(f"  {message}")
             continue
-        value = "<hidden>" if field in secret_fields else repr(without_password(err.get("input")))
+        given = err.get("input")
+        # A password in a URL is hidden, whichever setting the URL was given in.
+        value = ("<hidden>" if field in secret_fields
+                 else repr(without_password(given) if isinstance(given, str) else given))
         lines.append(f"  {env_name(field)}={value}: {message}")
         described = fields.get(field)
         if described is not None and described.description:

@@ -101,7 +101,10 @@ class AppTier:
         engine = {} if settings.models else {"ERNIE_ENGINE_URL": self.engine_url}
         env = {**settings.as_env(), **APP_ENV, **engine,
                "ERNIE_ENGINE_KEEPALIVE_S": str(settings.app_keepalive_s),
-               "CHAINLIT_APP_ROOT": str(self.root), **self.extra_env}
+               "CHAINLIT_APP_ROOT": str(self.root), **self.extra_env,
+               # Whose X-Forwarded-For uvicorn believes: this machine's (HAProxy, a local
+               # proxy) and the trusted proxies'.
+               "FORWARDED_ALLOW_IPS": ",".join(("127.0.0.1", "::1", *settings.proxies))}
         if settings.users is not None:  # login, with or without saved chats
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(self.root / ".cache" / "chainlit-auth-secret")
         for worker in self.workers:

@@ -82,6 +82,7 @@ class Frontend:
     keyed: bool = False        # every request but GET /health needs the key in KEY_ENV
     per_client: int = 0        # connections at once from one address; 0: no limit
     trusted: tuple[str, ...] = ()  # sources the per-client limit leaves alone
+    forwarders: tuple[str, ...] = ()  # sources whose X-Forwarded-For is passed on (trusted proxies)
     replay: bool = False       # a request no server answered goes to another (retry_elsewhere)
     tls_pem: Optional[str] = None  # HTTPS with this chain and key (HAProxy's crt); see tls_front
 
@@ -146,8 +147,12 @@ def render_haproxy(config: BalancerConfig) -> str:
                   f"    option httpchk GET {front.health_path}"]
         if front.sticky:
             # The workers see the browser's own address, for the login throttle (app/auth/login.py).
+            # A client's own X-Forwarded-For goes first, unless it is a trusted proxy's: uvicorn
+            # trusts the header from loopback, so a client on this machine could name any address.
+            unless = f" if !{{ src {' '.join(front.forwarders)} }}" if front.forwarders else ""
             lines += [f"    cookie {STICKY_COOKIE} insert indirect nocache httponly"
                       f"{' secure' if front.tls_pem else ''}",
+                      f"    http-request del-header X-Forwarded-For{unless}",
                       "    option forwardfor"]
         lines += retry_elsewhere(front)
         for i, server in enumerate(front.servers):

@@ -164,6 +164,7 @@ def balancer_config(topology: Topology, settings: Settings, max_connections: int
                                   tuple(Backend(LOOPBACK, p) for p in topology.worker_ports),
                                   health_path="/", sticky=True,
                                   per_client=limit if topology.app_exposed else 0,
+                                  trusted=settings.proxies, forwarders=settings.proxies,
                                   tls_pem=tls_pem))
     if topology.balanced_engine:
         frontends += engine_frontends(topology, limit)

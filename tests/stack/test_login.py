@@ -11,7 +11,8 @@ import pytest
 
 from app.auth import device_cookie
 from tests.support.settings import start_balanced_app
-from tests.support.login import login_app_settings, login
+from app.auth.login_throttle import ADDRESS_FREE_FAILURES
+from tests.support.login import MAX_S, login_app_settings, login
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +57,17 @@ def test_a_guesser_keeps_alice_out_neither_on_her_browser_nor_on_a_new_one(balan
           "guesser:", {code: guesses.count(code) for code in set(guesses)})
     assert guesses.count(429) >= 5 and set(guesses) <= {401, 429}, "the guesser is throttled"
     assert all(status == 200 and seconds < 1.0 for _, status, seconds in tries), tries
+
+
+def test_a_client_cannot_name_its_own_address_through_haproxy(balanced_login_app):
+    """A guesser on this machine sends each guess with an X-Forwarded-For of its choosing, as
+    if every guess came from a new address: HAProxy drops the header it sent (it is no trusted
+    proxy), so the workers count every guess against its own address. From 127.0.0.1, since
+    uvicorn believes the header from there (HAProxy's own address)."""
+    source = "127.0.0.1"
+    for i in range(ADDRESS_FREE_FAILURES + 3):
+        spoofed = {"X-Forwarded-For": f"10.66.{i}.1"}
+        assert login(balanced_login_app, f"nobody{i}", "guess", source, headers=spoofed)[0] == 401
+    status, seconds, _ = login(balanced_login_app, "nobody", "guess", source, headers={"X-Forwarded-For": "10.66.99.1"})
+    print(f"the next guess from the address waited {seconds:.2f} s")
+    assert status == 401 and seconds >= MAX_S - 0.4, "each spoofed address was counted as another"

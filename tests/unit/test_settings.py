@@ -127,8 +127,8 @@ def test_engine_url_without_scheme_is_rejected(monkeypatch):
 
 def test_engine_url_with_a_user_and_password_is_refused_without_showing_them(monkeypatch):
     message = error_for(monkeypatch, "ERNIE_ENGINE_URL", "https://probe:hunter2@gpu-box:8000/v1")
-    assert "ERNIE_ENGINE_URL='https://<hidden>@gpu-box:8000/v1'" in message, message
-    assert "ERNIE_API_KEY" in message and "hunter2" not in message and "probe" not in message
+    assert "ERNIE_ENGINE_URL='https://probe:***@gpu-box:8000/v1'" in message, message
+    assert "ERNIE_API_KEY" in message and "hunter2" not in message
 
 
 @pytest.mark.parametrize("value", ["http://gpu-box:8000/v1", "http://gpu-box:8000/v1/",

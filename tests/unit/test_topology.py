@@ -13,7 +13,7 @@ import pytest
 from app.web import boot_cookie
 from server.chat_db import without_password
 from server.errors import ErnieChatError
-from server.settings import load_settings
+from server.settings import SettingsError, load_settings
 from server.stack import balancer
 from server.stack.engine_tier import api_servers_line
 from server.stack.topology import auto_api_servers, auto_app_workers, balancer_config, plan_topology
@@ -76,11 +76,31 @@ def test_the_haproxy_config_pins_browsers_balances_streams_and_checks_health():
     chat = text.split("\nbackend chat_servers")[1].split("\nfrontend")[0]
     assert f"cookie {balancer.STICKY_COOKIE} insert indirect nocache" in chat
     assert "option forwardfor" in chat                 # the login throttle sees the browser
+    assert "http-request del-header X-Forwarded-For\n" in chat   # and not what a client says it is
     assert "server chat0 127.0.0.1:41002 check inter 1s fall 2 rise 1 cookie w0" in chat
     engine = text.split("\nbackend engine_servers")[1]
     assert "balance leastconn" in engine and "option httpchk GET /health" in engine
     assert "cookie" not in engine                     # any copy can serve any request
     assert "timeout tunnel 1h" in text and "option redispatch" in text
+
+
+def test_trusted_proxies_pass_their_forwarded_for_and_have_no_connection_limit(tmp_path):
+    s = load_settings(app_workers=2, app_host="0.0.0.0", users="alice:pw",
+                      trusted_proxies="172.18.0.0/16, 10.0.0.9")
+    config = balancer_config(plan_topology(s, "cpu", 2, ports()), s)
+    path = balancer.write_config(config, tmp_path / "haproxy.cfg", balancer.haproxy_path())  # HAProxy checks it
+    chat = path.read_text().split("\nbackend chat_servers")[1].split("\nfrontend")[0]
+    assert "http-request del-header X-Forwarded-For if !{ src 172.18.0.0/16 10.0.0.9 }" in chat
+    front = path.read_text().split("\nfrontend chat")[1].split("\nbackend")[0]
+    assert "reject if { sc0_conn_cur gt 64 } !{ src 172.18.0.0/16 10.0.0.9 }" in front
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("value, says", [("nginx", "is not an address or a network"),
+                                         ("0.0.0.0/0", "trusts every address")])
+def test_trusted_proxies_must_be_addresses(value, says):
+    with pytest.raises(SettingsError, match=says):
+        load_settings(trusted_proxies=value)
 
 
 def test_haproxy_accepts_the_config(tmp_path):
