@@ -6,6 +6,12 @@ and a taken-back link stops answering at the next reload.  It shows the chat's
 exchanges as the model has them (app/kept/saved_chats.py): a regenerated reply replaces
 the old one; a reply still streaming appears once it is finished.
 
+What one view costs does not grow with the audience or the chat: the page is rendered
+once per version of the chat (its title, model and exchanges; a cache of recent pages, one
+render at a time however many ask), in a thread of its own off the event loop, from at most
+``MAX_SHOWN_CHARS`` of the latest exchanges. Rendered on the loop for every view, a chat
+of 1 MB of emphasis-heavy Markdown took 3 s a view and held other users' requests meanwhile.
+
 Nothing on it runs or writes: no script at all, Markdown rendered with raw HTML
 escaped and only safe link schemes (markdown-it), and a Content-Security-Policy that
 allows no script, no form, no outside image, and only this page's own style.  The
@@ -16,22 +22,30 @@ any other method gets 405.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from html import escape
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from markdown_it import MarkdownIt
 
-from app.conversation.history import Conversation
+from app.conversation.history import Conversation, Turn
 from app.kept.saved_chats import conversation_from_thread
 from app.pages import share_links, share_qr
 from app.texts import lang_of, text
 from app.web.own_routes import catch_all_last
 
 REFRESH_S = 10
+# Markdown shown at most, the latest exchanges first: markdown-it renders emphasis-heavy
+# Markdown at about 0.1 MB a second on a busy 2-core machine: a page costs a few seconds
+# of one thread, once per version of the chat.
+MAX_SHOWN_CHARS = 200_000
+PAGES_KEPT = 32
 # CommonMark with GitHub's tables and strike-through; "html": False escapes raw HTML, and
 # markdown-it refuses javascript:, vbscript:, file: and non-image data: links itself.
 MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
@@ -62,19 +76,66 @@ def _page(lang: str, title: str, body: str, head: str = "") -> str:
             f"<style>{STYLE}</style></head><body>{body}</body></html>")
 
 
+def shown_turns(turns: Sequence[Turn], max_chars: int = MAX_SHOWN_CHARS) -> tuple[list[Turn], int]:
+    """The latest exchanges that fit in ``max_chars`` (the last one cut to fit when it alone
+    does not), and how many earlier ones are left out."""
+    shown, used = [], 0
+    for turn in reversed(turns):
+        size = len(turn.user) + len(turn.assistant)
+        if used + size > max_chars:
+            if not shown:
+                room = max(max_chars - len(turn.user[:max_chars // 2]), 0)
+                shown.append(Turn(turn.user[:max_chars // 2], turn.assistant[:room]))
+            break
+        shown.append(turn)
+        used += size
+    return shown[::-1], len(turns) - len(shown)
+
+
 def page_html(lang: str, title: str, conversation: Conversation, model: str, token: str) -> str:
-    """The shared chat: every exchange, each side's Markdown rendered inert."""
-    turns = "".join(
+    """The shared chat: its latest exchanges, each side's Markdown rendered inert."""
+    turns, left_out = shown_turns(conversation.turns)
+    cut = f'<p class="note">{escape(text(lang, "share_page_cut", count=left_out))}</p>' if left_out else ""
+    sections = "".join(
         f'<section class="turn user"><div class="who">{escape(text(lang, "export_you"))}</div>'
         f'{MARKDOWN.render(turn.user)}</section>'
         f'<section class="turn assistant"><div class="who">{escape(model)}</div>'
         f'{MARKDOWN.render(turn.assistant)}</section>'
-        for turn in conversation.turns)
+        for turn in turns)
     header = (f'<header><img src="{share_links.qr_path(token)}" alt="{escape(text(lang, "share_qr_alt"))}">'
               f'<div><h1>{escape(title)}</h1><p class="note">'
               f'{escape(text(lang, "share_page_note", seconds=REFRESH_S))}</p></div></header>')
-    return _page(lang, title, f"{header}<main>{turns}</main>",
+    return _page(lang, title, f"{header}<main>{cut}{sections}</main>",
                  head=f'<meta http-equiv="refresh" content="{REFRESH_S}">')
+
+
+def version(*parts: object) -> str:
+    """What a rendered page depends on, as one key."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(repr(part).encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+class Pages:
+    """Rendered pages by version: the recent ones kept, each rendered once however many ask
+    meanwhile, one at a time in a thread of their own, off the event loop."""
+
+    def __init__(self, kept: int = PAGES_KEPT):
+        self.kept = kept
+        self.renders: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self.renderer = ThreadPoolExecutor(1, thread_name_prefix="shared-page")
+
+    async def get(self, key: str, render: Callable[[], str]) -> str:
+        task = self.renders.get(key)
+        if task is None or (task.done() and task.exception() is not None):
+            task = asyncio.get_running_loop().run_in_executor(self.renderer, render)
+            self.renders[key] = task
+        self.renders.move_to_end(key)
+        while len(self.renders) > self.kept:
+            self.renders.popitem(last=False)
+        return await asyncio.shield(task)
 
 
 def not_found_html(lang: str) -> str:
@@ -87,6 +148,8 @@ def install(public_url: str, model_of: Callable[[dict], str]) -> None:
     ``model_of``: the name of a saved chat's (a thread's) model."""
     from chainlit.data import get_data_layer
     from chainlit.server import app
+
+    pages = Pages()
 
     async def found(token: str) -> Optional[tuple[share_links.Share, dict]]:
         layer = get_data_layer()
@@ -106,8 +169,10 @@ def install(public_url: str, model_of: Callable[[dict], str]) -> None:
         lang = lang_of(request.headers.get("accept-language"))
         thread = shared[1]
         conversation, _ = conversation_from_thread(thread, "")
-        title = thread.get("name") or text(lang, "share_untitled")
-        return HTMLResponse(page_html(lang, title, conversation, model_of(thread), token), headers=HEADERS)
+        title, model = thread.get("name") or text(lang, "share_untitled"), model_of(thread)
+        key = version(lang, title, model, token, [(turn.user, turn.assistant) for turn in conversation.turns])
+        html = await pages.get(key, lambda: page_html(lang, title, conversation, model, token))
+        return HTMLResponse(html, headers=HEADERS)
 
     @app.get(share_links.qr_path("{token}"), include_in_schema=False)
     async def shared_qr(token: str, request: Request) -> Response:

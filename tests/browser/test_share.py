@@ -5,6 +5,7 @@ back with zbar's ``zbarimg``."""
 from __future__ import annotations
 
 
+import asyncio
 import time
 
 import httpx
@@ -16,6 +17,7 @@ from tests.support.browser import log_in, send, LINK, command
 from tests.support.browser import finished_replies
 from tests.support.share import decoded, XSS
 from tests.support.chat import chats, run
+from tests.support.share import heavy_shared_chat
 
 
 # --- the whole path, in a real browser -----------------------------------------------
@@ -113,3 +115,40 @@ def test_chainlits_own_sharing_routes_answer_404(sharing_app):
     for headers in ({}, {"Cookie": cookie}):
         read = httpx.get(f"{url}/project/share/{thread}", headers=headers, timeout=30)
         assert read.status_code == 404 and "A chat to share" not in read.text, read.text
+
+
+def test_many_views_of_a_heavy_shared_chat_keep_other_users_served(sharing_app):
+    """A chat of 1 MB of emphasis-heavy Markdown, shared, its page asked 24 times at once and
+    again, without login: another user's GET /user stays fast meanwhile. Rendered on the event
+    loop at every view, each view took seconds and held every other request."""
+    url = sharing_app.app_url
+    link = run(heavy_shared_chat(str(sharing_app.chat_db), "alice", url))
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/login", data={"username": "bob", "password": "builder"}).status_code == 200
+        bob = dict(http.cookies)
+
+    async def attack() -> tuple[list[int], list[float]]:
+        async with httpx.AsyncClient(timeout=120) as anonymous, \
+                httpx.AsyncClient(base_url=url, cookies=bob, timeout=30) as other:
+            waits, done = [], asyncio.Event()
+
+            async def other_user():
+                while not done.is_set():
+                    started = time.perf_counter()
+                    assert (await other.get("/user")).status_code == 200
+                    waits.append(time.perf_counter() - started)
+                    await asyncio.sleep(0.1)
+            watcher = asyncio.create_task(other_user())
+            answers = []
+            for _ in range(2):  # a first wave renders the page once; the second reads it kept
+                answers += await asyncio.gather(*(anonymous.get(link) for _ in range(24)))
+            done.set()
+            await watcher
+            return answers, waits
+    answers, waits = asyncio.run(attack())
+    print(f"another user's GET /user during 48 views: {len(waits)} asked, slowest {max(waits):.2f} s")
+    assert [a.status_code for a in answers] == [200] * 48
+    assert len({a.text for a in answers}) == 1   # one page, however many asked
+    # The latest exchanges, up to the page's bound; the earlier ones named, not rendered.
+    assert "The 40 earlier exchanges of this long chat are not shown here." in answers[0].text
+    assert len(waits) >= 3 and max(waits) < 1.0, waits

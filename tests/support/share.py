@@ -61,3 +61,28 @@ async def owner_only_scenario(target: str) -> None:
     again = await share_links.share(layer, thread, "alice", "http://x")
     assert again.token != shared.token  # a new link: the old one stays dead
     await layer.engine.dispose()
+
+
+async def heavy_shared_chat(target: str, owner: str, url: str, turns: int = 50) -> str:
+    """A saved chat of ``owner`` with ``turns`` exchanges of 20 KB of emphasis-heavy Markdown
+    each (1 MB in all, the costliest text for the page's renderer), shared: its link."""
+    from chainlit.user import User
+
+    layer = data_layer(target)
+    try:
+        user = await layer.get_user(owner) or await layer.create_user(User(identifier=owner))
+        thread = str(uuid.uuid4())
+        await layer.update_thread(thread, name="a heavy chat", user_id=user.id)
+        text = ("*a* **b** _c_ __d__ ~~e~~ `f` [g](http://x) " * 500)[:10_000]
+        # Written as the app's data layer writes steps (Chainlit's create_step needs a chat's context).
+        for i in range(turns):
+            for kind, metadata in (("user_message", "{}"), ("assistant_message", '{"kind": "reply"}')):
+                await layer.execute_sql(
+                    'INSERT INTO steps ("id", "name", "type", "threadId", "streaming", "metadata", "output", '
+                    '"createdAt") VALUES (:id, :name, :type, :thread, false, :metadata, :output, :at)',
+                    {"id": str(uuid.uuid4()), "name": owner, "type": kind, "thread": thread,
+                     "metadata": metadata, "output": text,
+                     "at": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.{len(kind):03d}Z"})
+        return (await share_links.share(layer, thread, owner, url)).link(url)
+    finally:
+        await layer.engine.dispose()

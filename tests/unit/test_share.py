@@ -14,8 +14,8 @@ import asyncio
 import pytest
 
 from app.pages import share_links, share_qr
-from app.conversation.history import Conversation
-from app.pages.share_page import POLICY, not_found_html, page_html
+from app.conversation.history import Conversation, Turn
+from app.pages.share_page import POLICY, Pages, not_found_html, page_html, shown_turns
 from server.settings import load_settings
 from tests.support.settings import error_for
 from tests.support.share import decoded, owner_only_scenario, XSS
@@ -69,3 +69,27 @@ def test_the_qr_code_decodes_to_the_link(tmp_path):
 
 def test_only_the_owner_shares_and_unshares_and_a_taken_back_token_finds_nothing(tmp_path):
     asyncio.run(owner_only_scenario(str(tmp_path / "chats.db")))
+
+
+def test_the_page_shows_the_latest_exchanges_that_fit():
+    turns = [Turn(f"q{i}" * 10, f"a{i}" * 40) for i in range(10)]   # 100 characters each
+    shown, left_out = shown_turns(turns, max_chars=350)
+    assert [t.user[:2] for t in shown] == ["q7", "q8", "q9"] and left_out == 7
+    assert shown_turns(turns, max_chars=10_000) == (turns, 0)
+    [huge], left_out = shown_turns([Turn("u" * 1000, "r" * 1000)], max_chars=300)
+    assert (len(huge.user), len(huge.assistant), left_out) == (150, 150, 0)   # cut, never empty
+
+
+async def test_a_page_is_rendered_once_however_many_ask_for_it():
+    rendered = []
+
+    def render():
+        rendered.append(1)
+        return "<html>"
+    pages = Pages(kept=2)
+    assert await asyncio.gather(*(pages.get("v1", render) for _ in range(10))) == ["<html>"] * 10
+    assert len(rendered) == 1
+    await pages.get("v2", render)
+    await pages.get("v3", render)                   # v1 is the oldest of three: let go
+    await pages.get("v1", render)
+    assert len(rendered) == 4
