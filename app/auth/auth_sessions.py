@@ -2,7 +2,8 @@
 
 Works around Chainlit 2.12, whose login token (a JWT, ``chainlit/auth/jwt.py``) is
 valid until it expires, whatever happens meanwhile: ``/logout`` only drops the
-browser's cookie (a copy of the token keeps working), and a user removed from ERNIE_USERS or given a new password keeps the access
+browser's cookie (a copy of the token keeps working), and a user removed from
+ERNIE_USERS or given a new password keeps the access
 they had.  Drop this module when Chainlit can revoke tokens itself.
 
 What it adds, with the state in the shared store (``server/auth_store.py``), so that
