@@ -131,6 +131,31 @@ def omp_bind(settings: Settings, copy: EngineCopy, cpus: Optional[Sequence[int]]
     return {"VLLM_CPU_OMP_THREADS_BIND": share} if share else {}
 
 
+def worker_in_engine_core(settings: Settings, copy: EngineCopy, cpus: Optional[Sequence[int]]) -> bool:
+    """Whether a CPU engine runs its model worker inside its engine core process (vLLM's
+    ``uni`` executor) instead of a process of its own.
+
+    On two cores vLLM's own choice binds its worker's one OpenMP thread to one core and keeps
+    the other for the API server and engine core, and the worker's process imports vLLM once
+    more: in the engine core, with one OpenMP thread too, a start was ready in 19-20 s instead
+    of 31-32 s and served as many tokens a second, idle or beside two busy processes
+    (docs/notes.md, "vLLM on a CPU"). With more cores, engine copies, data parallelism or a
+    binding the user set, the bound worker process stays: binding is done only for a worker
+    process of its own."""
+    if copy.copies > 1 or settings.data_parallel_size > 1 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return False
+    cores = one_thread_per_core(os.sched_getaffinity(0)) if cpus is None else cpus
+    return len(cores) <= 2
+
+
+def cpu_compile_cache(environ: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's older compile cache on a CPU, unless the user chose: the CPU build 0.32 saves its
+    AOT-compiled model but fails to load it ("'function' object has no attribute
+    'finalize_loading'") and compiles again at every start; the older cache loads, a warm start
+    ready in 25-27 s instead of 30-32 s (docs/notes.md, "vLLM on a CPU")."""
+    return {} if "VLLM_USE_AOT_COMPILE" in environ else {"VLLM_USE_AOT_COMPILE": "0"}
+
+
 def triton_cache(environ: Mapping[str, str]) -> dict[str, str]:
     """Triton's one cache for every configuration (its default, ~/.triton/cache), set
     explicitly, unless the user chose one.
@@ -181,6 +206,17 @@ def engine_command(settings: Settings, model: str, device: str, python: Path | s
         # The flag, not VLLM_CPU_KVCACHE_SPACE: that variable only takes whole GiB.
         argv += ["--kv-cache-memory-bytes", str(int(settings.cpu_kv_cache_gib * GIB))]
         env.update(omp_bind(settings, copy, cpus))
+        env.update(cpu_compile_cache(os.environ))
+        if worker_in_engine_core(settings, copy, cpus):
+            argv += ["--distributed-executor-backend", "uni"]
+            # vLLM's CPU platform turns ``uni`` back into ``mp`` unless this is off; the API
+            # server's AsyncLLM keeps its engine core process either way.
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # One compute thread, as vLLM's binding gives the worker on 2 cores: two unbound
+            # OpenMP threads wait for each other at every barrier whenever another process
+            # takes a core, and served less than half as many tokens then.
+            if "OMP_NUM_THREADS" not in os.environ:
+                env["OMP_NUM_THREADS"] = "1"
     if settings.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", settings.kv_cache_dtype]
     argv.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")

@@ -91,6 +91,46 @@ def test_a_gpu_copy_binds_no_cpu_threads():
     assert "VLLM_CPU_OMP_THREADS_BIND" not in env
 
 
+def executor(copy: EngineCopy, cpus: list[int], **overrides) -> tuple[list[str], dict[str, str]]:
+    found = engine_command(load_settings(**overrides), MODEL, "cpu", PYTHON, copy, cpus=cpus)
+    return found.argv, found.env
+
+
+def test_on_two_cores_the_worker_runs_in_the_engine_core_process():
+    argv, env = executor(EngineCopy("127.0.0.1", 41000), [0, 1])
+    assert value_of(argv, "--distributed-executor-backend") == "uni"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["OMP_NUM_THREADS"] == "1"   # one compute thread, as vLLM's binding gives it
+
+
+def test_the_users_thread_count_is_left_to_a_worker_in_the_engine_core(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")   # inherited by the engine, not overridden
+    assert "OMP_NUM_THREADS" not in executor(EngineCopy("127.0.0.1", 41000), [0, 1])[1]
+
+
+@pytest.mark.parametrize("copy, cpus, overrides", [
+    (EngineCopy("127.0.0.1", 41000), [0, 1, 2, 3], {}),                        # more cores
+    (EngineCopy("127.0.0.1", 41000, index=0, copies=2), [0, 1], {}),           # copies
+    (EngineCopy("127.0.0.1", 41000), [0, 1], {"data_parallel_size": 2}),     # vLLM's ranks
+])
+def test_elsewhere_vllms_bound_worker_process_stays(copy, cpus, overrides):
+    argv, env = executor(copy, cpus, **overrides)
+    assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
+
+
+def test_a_binding_the_user_set_keeps_the_worker_process(monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    argv, env = executor(EngineCopy("127.0.0.1", 41000), [0, 1])
+    assert "--distributed-executor-backend" not in argv
+
+
+def test_a_cpu_engine_uses_the_compile_cache_that_loads_unless_the_user_chose(monkeypatch):
+    assert command("cpu").env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert "VLLM_USE_AOT_COMPILE" not in command("cuda").env
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert "VLLM_USE_AOT_COMPILE" not in command("cpu").env
+
+
 def test_one_hardware_thread_of_each_core_counts(tmp_path):
     for cpu, siblings in {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3", 4: "4"}.items():
         (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
