@@ -38,6 +38,7 @@ def mark_used(settings: Settings, model: str) -> None:
         path = used_path(settings, model)
     except ValueError:
         return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a chat run without `up` too
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
     try:
         os.utime(fd)

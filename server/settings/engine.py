@@ -59,7 +59,11 @@ class EngineSettings(BaseModel):
         description="Package index (PEP 503) the CPU build of torch is installed from when "
         "the indexes pip is configured with do not have it (PyPI does not).",
     )
-    log_file: Path = Field(Path("llm.log"), description="vLLM's output is appended here.")
+    log_file: Path = Field(
+        Path("run/llm.log"),
+        description="vLLM's output is appended here. Its folder is the run folder: every log and the "
+        "running stack's state files go there, all of it safe to lose between runs (what must be "
+        "kept is in data/).")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype: --dtype."
     )
