@@ -41,6 +41,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return supervisor.run(settings)
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from server.plan.device import resolve_device
+    from server.stack import provision
+    settings = load_settings()
+    python = provision.prepare_all(settings, resolve_device(settings))
+    print(f"[prepare] ready: the engine's Python is {python}; `up` starts without setting up")
+    return 0
+
+
 def cmd_restart(args: argparse.Namespace) -> int:
     """Signal the running `up` to restart every process one at a time with the settings as
     `up` would read them now; print its progress until it ends."""
@@ -240,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("up", help="set up and run the engine and the chat app").set_defaults(func=cmd_up)
+    sub.add_parser(
+        "prepare", help="set up what `up` needs (the engine's environment, demo models) and exit",
+        description="Installs vLLM into the engine's environment and builds each demo model the "
+        "settings serve, as `up` does before its first start, then exits: for an image's build "
+        "step, or to have the first `up` start at once."
+    ).set_defaults(func=cmd_prepare)
 
     sub.add_parser(
         "restart", help="apply new settings without downtime: each engine copy and app worker "
@@ -250,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=cmd_restart)
 
     doctor = sub.add_parser("doctor", help="explain failures found in vLLM's log")
-    doctor.add_argument("--log", help="log file (default: ERNIE_LOG_FILE, llm.log)")
+    doctor.add_argument("--log", help="log file (default: ERNIE_LOG_FILE, run/llm.log)")
     doctor.add_argument("--all", action="store_true", help="read the whole log, not only the last start")
     doctor.add_argument("--json", action="store_true", help="print findings as JSON")
     doctor.set_defaults(func=cmd_doctor)

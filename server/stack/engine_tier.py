@@ -171,8 +171,7 @@ class EngineTier:
         python = self.python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
         choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
-        if choice.is_demo:
-            provision.ensure_demo_model(Path(choice.path), python, self.root, choice.demo_size)
+        provision.ensure_model(choice, python, self.root)
         self.model_path, self.is_demo = choice.path, choice.is_demo
 
     def build_commands(self) -> None:

@@ -11,15 +11,18 @@ supervisor (its main thread, ``roller.serve``).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
+from server.paths import ROOT
 from server.private_files import PRIVATE_UMASK, tighten
 
 _PR_SET_PDEATHSIG = 1
@@ -209,7 +212,10 @@ def port_problem(host: str, port: int, setting: str) -> Optional[str]:
 
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_handed_out: set[int] = set()
+# Ports handed out by any process of this checkout (an `up`, a test process beside another),
+# with when each may be handed out again: a vLLM binds its port only after its imports.
+HANDED_OUT = ROOT / ".cache" / "ports-handed-out"
+HANDED_OUT_S = 600
 
 
 def ephemeral_floor() -> int:
@@ -220,17 +226,49 @@ def ephemeral_floor() -> int:
         return 32768  # Linux's default
 
 
-def free_port() -> int:
-    """A free loopback port for a process that binds it later, from below the kernel's
-    ephemeral range: a port from that range (what binding port 0 gives) can go to another
-    socket, such as one of vLLM's own, in the minute before ours binds it. A CI rehearsal saw
-    a second engine copy find its port taken that way (Errno 98)."""
+@contextmanager
+def handed_out(path: Optional[Path] = None) -> Iterator[dict[int, float]]:
+    """The ports handed out and not yet expired (port -> until when), held for this process
+    alone while it picks; what it adds is written back. A checkout that cannot be written
+    to gets a register of this process's own."""
+    path = path or HANDED_OUT
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        register = open(path, "a+")
+    except OSError:
+        yield _own_ports
+        return
+    with register:
+        fcntl.flock(register, fcntl.LOCK_EX)
+        register.seek(0)
+        now, ports = time.time(), {}
+        for line in register.read().split():
+            port, _, until = line.partition(":")
+            if port.isdigit() and until.replace(".", "", 1).isdigit() and float(until) > now:
+                ports[int(port)] = float(until)
+        yield ports
+        register.seek(0)
+        register.truncate()
+        register.write("".join(f"{port}:{until:.0f}\n" for port, until in ports.items()))
+
+
+_own_ports: dict[int, float] = {}
+
+
+def free_port(count: int = 1) -> int:
+    """A free loopback port for a process that binds it later, with the ``count - 1`` after it
+    free too, from below the kernel's ephemeral range: a port from that range (what binding
+    port 0 gives) can go to another socket, such as one of vLLM's own, in the minute before
+    ours binds it. A CI rehearsal saw a second engine copy find its port taken that way
+    (Errno 98). No process of this checkout gets the same port within HANDED_OUT_S."""
     floor = ephemeral_floor()
-    for _ in range(500):
-        port = random.randrange(max(1024, floor - 10000), floor)
-        if port not in _handed_out and port_free("127.0.0.1", port):
-            _handed_out.add(port)
-            return port
+    with handed_out() as taken:
+        for _ in range(500):
+            port = random.randrange(max(1024, floor - 10000), floor - count + 1)
+            block = range(port, port + count)
+            if not any(p in taken for p in block) and all(port_free("127.0.0.1", p) for p in block):
+                taken.update(dict.fromkeys(block, time.time() + HANDED_OUT_S))
+                return port
     with socket.socket() as sock:  # that whole block is taken: the kernel's choice, as before
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -11,17 +11,20 @@ have, comes from PyTorch's CPU index when the indexes pip is configured with lac
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import platform
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from server.paths import ROOT
 from server.progress import StepFailed, run_step
-from server.settings import load_settings
+from server.settings import Settings, load_settings
+from server.stack.model_source import ModelChoice, choose_model
 from server.stack.platforms import engine_requirements
 
 SETUP_LOG = Path(".cache/setup.log")
@@ -37,6 +40,18 @@ FALLBACK_LIMITS = ("--retries", "2", "--timeout", "60")
 
 class TorchNotFound(StepFailed):
     """The pinned CPU torch is in neither the configured pip indexes nor the fallback index."""
+
+
+@contextmanager
+def building(target: Path) -> Iterator[None]:
+    """Held while ``target`` is checked and built: a second `up` of the same checkout (or a
+    test process beside another) waits for the first one's build, then finds it current,
+    instead of installing into the same folder at the same time."""
+    lock = target.with_name(f".{target.name.lstrip('.')}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 def file_digest(*paths: Path) -> str:
@@ -147,6 +162,11 @@ def ensure_engine_env(venv: Path, device: str, root: Path = ROOT,
     ``torch_index_url`` defaults to the ERNIE_TORCH_INDEX_URL setting.
     """
     venv = venv if venv.is_absolute() else root / venv
+    with building(venv):
+        return _ensure_engine_env(venv, device, root, torch_index_url)
+
+
+def _ensure_engine_env(venv: Path, device: str, root: Path, torch_index_url: Optional[str]) -> Path:
     python, version = engine_interpreter(venv)
     requirements = root / engine_requirements(platform.system(), platform.machine(), version, device)
     wanted = f"{device} {file_digest(requirements)}"
@@ -183,10 +203,27 @@ def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT,
     model_dir = model_dir if model_dir.is_absolute() else root / model_dir
     wanted = file_digest(*demo_inputs(root)) + ("" if size == "default" else f" {size}")
     stamp = model_dir / STAMP
-    if stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists():
-        return model_dir
-    print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
-    run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir), "--size", size], "demo model",
-             root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
-    stamp.write_text(wanted + "\n")
+    with building(model_dir):
+        if stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists():
+            return model_dir
+        print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
+        run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir), "--size", size],
+                 "demo model", root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
+        stamp.write_text(wanted + "\n")
     return model_dir
+
+
+def ensure_model(choice: ModelChoice, python: Path, root: Path = ROOT) -> None:
+    """The chosen model ready to serve: the demo model built where it is the one."""
+    if choice.is_demo:
+        ensure_demo_model(Path(choice.path), python, root, choice.demo_size)
+
+
+def prepare_all(settings: Settings, device: str, root: Path = ROOT) -> Path:
+    """Everything `up` sets up before its first start, without starting anything: the engine's
+    environment, and each demo model among the models the settings serve. For an image's build
+    step, or a test run that has it built while its first tests run. Returns the engine's Python."""
+    python = ensure_engine_env(settings.engine_venv, device, root)
+    for model in settings.served_models:
+        ensure_model(choose_model(settings.model_copy(update={"model": model.name}), root=root), python, root)
+    return python

@@ -26,10 +26,9 @@ from server import model_wake
 from server.loadtest.lib.chat_record import SessionRecord
 from server.loadtest.lib.chat_socket import ChatSession
 from server.loadtest.lib.login import PASSWORD_ENV, log_in
-from server.stack.processes import port_free
+from server.stack.processes import free_port, port_free
 from server.paths import ROOT
 from tests.support.stack_process import Up, alive, descendants, serving
-from tests.support.ports import free_ports
 
 MODELS = ("demo", "demo-copy", "demo-small")
 IDLE_S = 50
@@ -43,7 +42,7 @@ def on_demand(tmp_path_factory, demo_model):
     other = tmp / "demo-copy"  # the same weights under another name: served as "demo-copy"
     shutil.copytree(demo_model, other)
     up = Up(tmp, ERNIE_MODELS=f"demo,{other},demo-small", ERNIE_MODELS_AT_ONCE="2",
-            ERNIE_MODEL_IDLE_S=str(IDLE_S), ERNIE_ENGINE_PORT=str(free_ports(len(MODELS))),
+            ERNIE_MODEL_IDLE_S=str(IDLE_S), ERNIE_ENGINE_PORT=str(free_port(len(MODELS))),
             ERNIE_KV_CACHE_GIB=None, ERNIE_MODEL=None,
             ERNIE_CHAT_DB=str(tmp / "chats.db"), ERNIE_USERS=f"{USER}:{PASSWORD}")
     up.engine_port = int(up.env["ERNIE_ENGINE_PORT"])

@@ -10,9 +10,9 @@ from typing import Iterator
 import httpx
 
 from server.paths import ROOT
+from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from tests.support.metrics import metric
-from tests.support.ports import free_port_pair
 from tests.support.settings import TEST_MAX_MODEL_LEN, engine_settings, start_app
 
 SMALL_WINDOW = 1024
@@ -31,7 +31,7 @@ class EnginePair:
 
 def two_engines(first: Path, second: Path, tmp: Path) -> Iterator[EnginePair]:
     """Engines A (``first``, 4096 tokens) on P and B (``second``, 1024 tokens) on P + 1."""
-    port = free_port_pair()
+    port = free_port(2)
     stacks = []
     try:
         for folder, window, at in ((first, TEST_MAX_MODEL_LEN, port), (second, SMALL_WINDOW, port + 1)):

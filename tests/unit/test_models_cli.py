@@ -25,7 +25,6 @@ from server.stack.engine_tier import StartupFailed
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from server.stack.topology import balancer_config
-from tests.support.ports import free_ports
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -123,7 +122,7 @@ def test_a_set_too_big_for_the_cpu_is_refused_with_the_figures():
 
 
 def test_an_exposed_engine_with_several_models_starts_each_behind_haproxy():
-    port = free_ports(2)
+    port = free_port(2)
     # Its own free ports for the chat and its metrics too: the check refuses any port in use, and an
     # `up` on this machine holds the default ones.
     stack = Stack(several(engine_host="0.0.0.0", api_key="sk-x", engine_port=port, app_port=free_port(),

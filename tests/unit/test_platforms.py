@@ -11,6 +11,7 @@ import pytest
 from server.stack import platforms, provision
 from server.stack.platforms import EngineUnsupported, engine_requirements, why_no_vllm
 from server.paths import ROOT
+from server.settings import load_settings
 from tests.support.pythons import interpreter
 
 
@@ -117,3 +118,17 @@ def test_find_python_refuses_an_ernie_python_below_3_11(tmp_path):
     done = find_python(tmp_path, {"python3.11": interpreter("3.11")}, ernie_python=str(old))
     assert done.returncode == 1
     assert f"ERNIE_PYTHON={old} is not a Python 3.11 or newer" in done.stderr
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_prepare_builds_the_engine_env_and_only_the_demo_models_served(tmp_path, monkeypatch):
+    """`ernie-chat prepare`: each demo model of ERNIE_MODELS in its size, a local checkpoint left."""
+    local = tmp_path / "my-model"
+    local.mkdir()
+    built = []
+    monkeypatch.setattr(provision, "ensure_engine_env", lambda venv, device, root: Path("/engine/python"))
+    monkeypatch.setattr(provision, "ensure_demo_model",
+                        lambda folder, python, root, size: built.append((folder.name, str(python), size)))
+    settings = load_settings(models=f"demo,demo-small,{local}", demo_model_dir=tmp_path / "demo")
+    assert provision.prepare_all(settings, "cpu", tmp_path) == Path("/engine/python")
+    assert built == [("demo", "/engine/python", "default"), ("demo-small", "/engine/python", "small")]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from server.stack.processes import (ManagedProcess, ephemeral_floor, free_port, port_free, port_problem,
-                                    who_listens)
+from server.stack import processes
+from server.stack.processes import (ManagedProcess, ephemeral_floor, free_port, handed_out, port_free,
+                                    port_problem, who_listens)
 from tests.support.stack_process import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +55,40 @@ def test_free_ports_are_distinct_and_below_the_ephemeral_range():
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == 50
     assert all(1024 <= p < ephemeral_floor() for p in ports)
+
+
+def test_a_block_of_ports_is_free_and_handed_out_whole():
+    port = free_port(3)
+    assert all(port_free("127.0.0.1", p) for p in range(port, port + 3))
+    with handed_out() as taken:
+        assert {port, port + 1, port + 2} <= set(taken)
+
+
+def test_a_port_handed_out_in_another_process_is_not_handed_out_again(tmp_path, monkeypatch):
+    """Two processes of one checkout (an `up` and a test process beside another) share the
+    register: a process that sees every port of the range handed out falls back to the
+    kernel's own choice rather than to one of them."""
+    register = tmp_path / "ports"
+    monkeypatch.setattr(processes, "HANDED_OUT", register)
+    monkeypatch.setattr(processes, "ephemeral_floor", lambda: 20000)
+    code = ("import sys; from server.stack import processes as p; from pathlib import Path; "
+            "p.HANDED_OUT = Path(sys.argv[1]); p.ephemeral_floor = lambda: 20000; "
+            "print(p.free_port(5))")
+    other = int(subprocess.run([sys.executable, "-c", code, str(register)], cwd=ROOT, check=True,
+                               capture_output=True, text=True).stdout)
+    with handed_out(register) as taken:
+        assert set(range(other, other + 5)) <= set(taken)
+        # Everything but the other process's five ports handed out now, here.
+        taken.update({p: 4e9 for p in range(10000, 20000) if not other <= p < other + 5})
+    assert not 10000 <= free_port() < 20000
+
+
+def test_an_expired_or_garbled_register_line_is_forgotten(tmp_path):
+    register = tmp_path / "ports"
+    register.write_text("25000:1\nnonsense\n25001:9999999999\n:\n")
+    with handed_out(register) as taken:
+        assert taken == {25001: 9999999999.0}
+    assert register.read_text() == "25001:9999999999\n"
 
 
 def test_who_listens_names_this_process(listening_port):

@@ -213,8 +213,7 @@ def engine_python(given: Optional[Path], settings: Settings) -> Path:
 def resolve_model(args: argparse.Namespace, settings: Settings, python: Path) -> str:
     """--model, else ERNIE_MODEL, resolved as `up` does (a cached hub id, a folder or the demo)."""
     choice = choose_model(settings.model_copy(update={"model": args.model or settings.model}))
-    if choice.is_demo:
-        provision.ensure_demo_model(Path(choice.path), python, ROOT)
+    provision.ensure_model(choice, python, ROOT)
     return choice.path
 
 
