@@ -8,12 +8,13 @@ import chainlit as cl
 from chainlit.config import config as chainlit_config
 
 from app.auth import auth_sessions, login, oidc
+from app.auth.user_limits import user_key
 from app.conversation import in_flight
 from app.conversation.answer import MAX_UPLOAD_BYTES
 from app.kept import chat_files, chat_search, drain, saved_chats, stores
 from app.pages import admin_page, live_page, share_page
 from app.web import (boot_cookie, closed_routes, files_dir, origins, page_policy, served_files, session_guard,
-                     upload_check, upload_limit)
+                     upload_caps, upload_check, upload_limit)
 from app.worker import ENGINES, SETTINGS
 from server import chat_db
 
@@ -24,7 +25,7 @@ admin_page.install(SETTINGS)
 live_page.install(ENGINES.all, SETTINGS.api_key_value, SETTINGS.public_url)
 files_dir.install()
 session_guard.install()
-upload_check.install()
+upload_check.install(upload_caps.Caps.from_settings(SETTINGS), user_key)
 closed_routes.install()
 upload_limit.install(MAX_UPLOAD_BYTES)
 served_files.install()

@@ -20,6 +20,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, TypeVar
@@ -46,6 +47,10 @@ POSTGRES_SCHEMA = SQLITE_SCHEMA.replace("REAL", "DOUBLE PRECISION")
 SCHEMA_LOCK = 0x45524E4A
 # Writers wait this long for one another (a login holds the lock for a few ms).
 BUSY_TIMEOUT_S = 10.0
+# A SQLite store's own threads (each with its connection): a writer waiting for the lock holds
+# one, and the session check of every request must not wait behind other work, as it did on
+# the event loop's default executor behind slow file reads.
+SQLITE_THREADS = 4
 
 
 class AuthStoreError(ErnieChatError, RuntimeError):
@@ -95,12 +100,13 @@ def open_store(chat_db: Optional[str], auth_db: Path) -> AuthStore:
 
 
 class SqliteStore:
-    """One file; each thread has its own connection, each call runs in a thread."""
+    """One file; each call runs on one of the store's threads, each with its own connection."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.where = str(self.path)
         self._local = threading.local()
+        self._threads = ThreadPoolExecutor(SQLITE_THREADS, thread_name_prefix="auth-store")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Made private before SQLite makes it with the umask's mode; its -wal and -shm
@@ -122,6 +128,9 @@ class SqliteStore:
             db = self._local.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
                                                   isolation_level=None)
         return db
+
+    async def _in_thread(self, work: Callable[..., T], *args) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
 
     def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db()
@@ -151,16 +160,16 @@ class SqliteStore:
             db.executemany(f"DELETE FROM {table} WHERE key = ?", gone)
             db.execute(f"DELETE FROM {table} WHERE updated < ?", (forget_before,))
             return result
-        return await asyncio.to_thread(self._transaction, work)
+        return await self._in_thread(self._transaction, work)
 
     async def revoke_token(self, digest: str, until: float, now: float) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute("INSERT OR REPLACE INTO auth_revoked_tokens VALUES (?, ?)", (digest, until))
             db.execute("DELETE FROM auth_revoked_tokens WHERE until < ?", (now,))
-        await asyncio.to_thread(self._transaction, work)
+        await self._in_thread(self._transaction, work)
 
     async def sign_out(self, name: str, at: float) -> None:
-        await asyncio.to_thread(self._transaction, lambda db: db.execute(
+        await self._in_thread(self._transaction, lambda db: db.execute(
             "INSERT OR REPLACE INTO auth_signed_out VALUES (?, ?)", (name, at)))
 
     async def session_marks(self, digest: str, name: str) -> tuple[bool, Optional[float]]:
@@ -169,10 +178,11 @@ class SqliteStore:
                 "SELECT EXISTS (SELECT 1 FROM auth_revoked_tokens WHERE digest = ?), "
                 "(SELECT at FROM auth_signed_out WHERE name = ?)", (digest, name)).fetchone()
             return bool(revoked), at
-        return await asyncio.to_thread(read)
+        return await self._in_thread(read)
 
     async def close(self) -> None:
-        """Nothing to do: each thread's connection closes with the thread."""
+        """The store's threads end, and each one's connection with it."""
+        self._threads.shutdown(wait=False)
 
 
 class PostgresStore:

@@ -5,8 +5,9 @@ password, not the request (docs/notes.md, "Login").  A pure ASGI middleware runs
 the same task as the endpoint, so it passes the client address and the device cookie
 (``app/auth/device_cookie.py``) to the callback in a ContextVar, and the callback waits out
 ``LoginThrottle``'s delay before it checks the password.  The check is a bcrypt hash
-(0.2-0.4 s of CPU) and runs in a thread: a callback on the event loop would stall
-every chat meanwhile.
+(0.2-0.4 s of CPU) and runs on threads of its own: a callback on the event loop would stall
+every chat meanwhile, and on the loop's default executor it waited behind whatever else ran
+there (slow file reads held logins for seconds, once).
 
 The callback cannot shape the response (Chainlit turns any exception there into 401),
 so it marks the attempt and the middleware rewrites the response: 429 with
@@ -19,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Optional
@@ -50,6 +53,8 @@ class Attempt:
 
 
 _ATTEMPT: ContextVar[Optional[Attempt]] = ContextVar("login_attempt", default=None)
+# bcrypt is CPU work that releases the GIL: more threads than cores would not check faster.
+_PASSWORD_CHECKS = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="password-check")
 
 
 class LoginGuard:
@@ -105,7 +110,8 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
             chat_metrics.login_failed("throttled")
             return None
         await asyncio.sleep(decision.wait_s)
-        name = await asyncio.to_thread(check_password, users, username, password)
+        name = await asyncio.get_running_loop().run_in_executor(_PASSWORD_CHECKS, check_password,
+                                                                users, username, password)
         if name is None:
             log.warning("failed login (user %r, address %s)", username[:64], attempt.address)
             chat_metrics.login_failed("password")

@@ -18,9 +18,10 @@ from chainlit.config import config as chainlit_config
 from app import chat_metrics
 from app.conversation import export, in_flight, regenerate, switcher
 from app.conversation.admission import spend_tokens
-from app.conversation.attachments import prompt_with, read_files
+from app.conversation.attachments import Attachment, Refused, prompt_with, read_files
 from app.conversation.chat_settings import ChatParams, sampling_extra
 from app.conversation.chat_state import engine_model
+from app.conversation.file_readers import Busy, Readers
 from app.conversation.history import Conversation, TooLong, Turn
 from app.conversation.math_text import DisplayStream, display_text
 from app.conversation.notices import lang, login_name, notice, say_error, say_waiting, show_error
@@ -40,6 +41,7 @@ MAX_UPLOAD_BYTES = UPLOADS.max_size_mb * 2**20
 # A PDF's text is capped at the upload limit too: more could never fit a prompt.
 PDF_LIMITS = PdfLimits(SETTINGS.pdf_max_pages, SETTINGS.pdf_memory_mb, SETTINGS.pdf_timeout_s,
                        MAX_UPLOAD_BYTES)
+READERS = Readers()
 
 
 def clean_text(text: str) -> str:
@@ -48,19 +50,46 @@ def clean_text(text: str) -> str:
 
 
 async def with_attachments(message: cl.Message, typed: str) -> Optional[str]:
-    """``typed`` as the model gets it, with the message's files' text; None when a file is refused."""
+    """``typed`` as the model gets it, with the message's files' text; None when a file is refused,
+    or when the readers are busy (then the files stay, for the message sent again)."""
     files = [(e.name, e.mime or "", Path(e.path)) for e in message.elements or () if e.path]
     if not files:
         return typed
-    attached, refused = await asyncio.to_thread(read_files, files, MAX_UPLOAD_BYTES,
-                                                UPLOADS.max_files, PDF_LIMITS)
+    known: dict[Path, Attachment] = cl.user_session.get("files_read")
+    try:
+        attached, refused = await READERS.run(lambda: read_then_delete(files, known))
+    except Busy:
+        await show_error(text(lang(), "files_busy"), "files_busy")
+        return None
+    known.update(attached)
+    forget_uploads({path for _, _, path in files})
     if refused:
         await show_error(refusal(lang(), refused), "files_refused")
         return None
-    for attachment in attached:
+    for attachment in attached.values():
         if attachment.decoded_from_legacy:
             await notice(text(lang(), "file_decoded", name=attachment.name, encoding=attachment.encoding))
-    return clean_text(prompt_with(typed, attached))
+    return clean_text(prompt_with(typed, list(attached.values())))
+
+
+def read_then_delete(files: list[tuple[str, str, Path]],
+                     known: dict[Path, Attachment]) -> tuple[dict[Path, Attachment], list[Refused]]:
+    """On a reader thread: the files' text, then the files gone from disk.  A read file's text is
+    in the conversation from then on (and in ``known``, for an edit of its message); a refused
+    one could never go in.  Kept, they would wait for the chat's end, an hour after its browser
+    left."""
+    outcome = read_files(files, MAX_UPLOAD_BYTES, UPLOADS.max_files, PDF_LIMITS, known)
+    for _, _, path in files:
+        path.unlink(missing_ok=True)
+    return outcome
+
+
+def forget_uploads(deleted: set[Path]) -> None:
+    """Chainlit's list of the chat's uploads without the deleted files: a link to one answers
+    404 rather than failing on the missing file, and a message naming one again names nothing."""
+    uploads = cl.context.session.files
+    for file_id in [i for i, upload in uploads.items() if Path(upload["path"]) in deleted]:
+        del uploads[file_id]
 
 
 async def answer(message_id: str, user_text: str, store: in_flight.ReplyStore, too_long: str = "too_long",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, Optional
 
 import filetype
 from charset_normalizer import from_bytes
@@ -106,19 +107,30 @@ def pdf_text(name: str, data: bytes, limits: PdfLimits) -> str:
     return text
 
 
-def read_files(files: list[tuple[str, str, Path]], max_bytes: int, max_files: int,
-               pdf: PdfLimits) -> tuple[list[Attachment], list[Refused]]:
-    """Read every (name, MIME type, path); the refusals name each bad file."""
-    if len(files) > max_files:
-        return [], [Refused(", ".join(name for name, _, _ in files), "too_many_files", {"limit": max_files})]
-    read, refused = [], []
-    for name, mime, path in files:
+def read_files(files: list[tuple[str, str, Path]], max_bytes: int, max_files: int, pdf: PdfLimits,
+               known: Optional[Mapping[Path, Attachment]] = None) -> tuple[dict[Path, Attachment], list[Refused]]:
+    """Read every (name, MIME type, path), each path once however often the message names it;
+    a path in ``known`` was read before and is not read again.  The refusals name each bad file."""
+    distinct = {path: (name, mime) for name, mime, path in files}
+    if len(distinct) > max_files:
+        return {}, [Refused(", ".join(name for name, _ in distinct.values()), "too_many_files",
+                            {"limit": max_files})]
+    known = known or {}
+    read, refused = {}, []
+    for path, (name, mime) in distinct.items():
         try:
-            check_size(name, path.stat().st_size, max_bytes)  # before reading a huge file
-            read.append(read_attachment(name, mime, path.read_bytes(), max_bytes, pdf))
+            read[path] = known.get(path) or read_path(name, mime, path, max_bytes, pdf)
         except Refused as problem:
             refused.append(problem)
     return read, refused
+
+
+def read_path(name: str, mime: str, path: Path, max_bytes: int, pdf: PdfLimits) -> Attachment:
+    try:
+        check_size(name, path.stat().st_size, max_bytes)  # before reading a huge file
+        return read_attachment(name, mime, path.read_bytes(), max_bytes, pdf)
+    except FileNotFoundError:  # read and deleted already, for a message that named it before
+        raise Refused(name, "file_gone") from None
 
 
 def prompt_with(typed: str, attachments: list[Attachment]) -> str:

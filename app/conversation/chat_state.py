@@ -19,6 +19,8 @@ def start_session(conversation: Conversation) -> None:
     cl.user_session.set("conversation", conversation)
     cl.user_session.set("budget", PromptBudget())  # the last prompt's length: few /tokenize calls
     cl.user_session.set("params", default_params(SETTINGS, conversation.system_prompt))
+    # The text of the chat's files by path: read once, then deleted (app/conversation/answer.py).
+    cl.user_session.set("files_read", {})
 
 
 def use_params(params: ChatParams) -> None:

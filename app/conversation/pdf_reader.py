@@ -10,8 +10,9 @@ cap (checked before any page is read).  A PDF past a limit raises
 :class:`Unreadable` with the reason, a key of app/texts/.
 
 The child gets the file on stdin and writes one JSON object on stdout: the pages'
-texts, or the reason it stopped.  At most ``READERS_AT_ONCE`` children run per worker, so
-a crowd sending PDFs at once costs a bounded multiple of the memory limit; the others wait.
+texts, or the reason it stopped.  The chat reads files on a few threads of its own
+(app/conversation/file_readers.py), so a crowd sending PDFs at once costs a bounded multiple
+of the memory limit.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ import math
 import resource
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 
 from server.paths import ROOT
-
-READERS_AT_ONCE = 2
-_READERS = threading.BoundedSemaphore(READERS_AT_ONCE)  # the chat reads files in threads
 
 
 @dataclass(frozen=True)
@@ -50,9 +47,7 @@ def page_texts(data: bytes, limits: PdfLimits) -> list[str]:
     command = [sys.executable, "-m", "app.conversation.pdf_reader", str(limits.max_pages),
                str(limits.memory_mb), str(limits.timeout_s), str(limits.max_text_chars)]
     try:
-        with _READERS:
-            done = subprocess.run(command, input=data, capture_output=True, timeout=limits.timeout_s,
-                                  cwd=ROOT)
+        done = subprocess.run(command, input=data, capture_output=True, timeout=limits.timeout_s, cwd=ROOT)
     except subprocess.TimeoutExpired:  # run() has killed the child
         raise Unreadable("pdf_too_slow", {"seconds": f"{limits.timeout_s:g}"}) from None
     try:

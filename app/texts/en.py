@@ -104,6 +104,23 @@ TEXTS: dict[str, str] = {
     "upload_too_big": "This upload is larger than {limit_mb} MB, the most one file may have: "
                       "attach a smaller file, or the part that matters.",
     "too_many_files": "{name}: at most {limit} files per message.",
+    "file_gone": "**{name}** is no longer on the server (a file is deleted once read): attach it again.",
+    "files_busy": "Not sent to the model: the chat server is busy reading other attached files. "
+                  "Nothing is lost: in a moment, edit your message and confirm it as it is, and "
+                  "its files are read then.",
+    "upload_chat_files": "This chat already holds {limit} attached files not sent yet, the most it "
+                         "may hold: send them with a message, or start a new chat, then attach more.",
+    "upload_chat_mb": "With this file, this chat's attached files not sent yet would pass {limit_mb} "
+                      "MB, the most it may hold: send them with a message, or start a new chat, then "
+                      "attach more.",
+    "upload_user_files": "Your chats already hold {limit} attached files not sent yet, the most one "
+                         "user may hold: send them with a message, or start a new chat (a chat you "
+                         "closed lets its files go within an hour), then attach more.",
+    "upload_user_mb": "With this file, your chats' attached files not sent yet would pass {limit_mb} "
+                      "MB, the most one user may hold: send them with a message, or start a new chat "
+                      "(a chat you closed lets its files go within an hour), then attach more.",
+    "upload_disk_full": "The server's disk is almost full (less than {floor_mb} MB would be left), so "
+                        "it takes no file now: try again later, or tell whoever runs the chat.",
     "file_decoded": "ℹ️ **{name}** is not UTF-8; it was read as {encoding}. If the reply shows "
                     "garbled text, save the file as UTF-8.",
     "too_long_files": "Your message with its attached file(s) is {tokens} tokens long; the model "

@@ -1,4 +1,5 @@
-"""Fair shares: how much one user may ask, and what a new message meets when the engine is full."""
+"""Fair shares: how much one user may ask and upload, and what a new message meets when the
+engine is full."""
 
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ class LimitSettings(BaseModel):
     busy_action: Literal["wait", "refuse"] = Field(
         "wait", description="When the queue is longer than ERNIE_BUSY_QUEUE: `wait` shows the "
         "wait and answers anyway, `refuse` says when to try again and does not answer.")
+    upload_files_per_chat: int = Field(
+        10, ge=0, description="Attached files one chat may hold on the server before they are "
+        "sent with a message (a file is deleted once read); past it an upload is refused with what "
+        "to do. 0: no cap.")
+    upload_mb_per_chat: int = Field(
+        60, ge=0, description="MiB of attached files one chat may hold before they are sent. 0: no cap.")
+    upload_files_per_user: int = Field(
+        30, ge=0, description="Attached files one user may hold over all their chats on one app "
+        "worker before they are sent (a user: the login name, else the client's address); a chat "
+        "whose browser left holds its files for an hour. 0: no cap.")
+    upload_mb_per_user: int = Field(
+        200, ge=0, description="MiB of attached files one user may hold over all their chats on one "
+        "app worker before they are sent. 0: no cap.")
+    upload_disk_free_mb: int = Field(
+        1024, ge=0, description="Uploads are refused while they would leave less than this many "
+        "MiB free on the disk that keeps them (the checkout's .files). 0: no floor.")
 
     def problems(self) -> list[str]:
         return []

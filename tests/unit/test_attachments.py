@@ -116,7 +116,7 @@ def test_read_files_refuses_a_huge_file_without_reading_it(tmp_path):
     small.write_text("fine")
     read, problems = read_files([("big.csv", "text/csv", big), ("small.txt", "text/plain", small)],
                                 LIMIT, max_files=5, pdf=PDF)
-    assert [a.name for a in read] == ["small.txt"]
+    assert [a.name for a in read.values()] == ["small.txt"]
     assert [(p.name, p.reason, p.values["size_mb"]) for p in problems] == [("big.csv", "file_too_big", "47.7")]
     message = refusal("en", problems)
     assert "big.csv" in message and "47.7 MB" in message and "10 MB" in message
@@ -128,8 +128,25 @@ def test_read_files_refuses_more_files_than_allowed(tmp_path):
         (tmp_path / f"{i}.txt").write_text(str(i))
         paths.append((f"{i}.txt", "text/plain", tmp_path / f"{i}.txt"))
     read, problems = read_files(paths, LIMIT, max_files=2, pdf=PDF)
-    assert read == [] and problems[0].reason == "too_many_files"
+    assert read == {} and problems[0].reason == "too_many_files"
     assert "at most 2 files" in refusal("en", problems)
+
+
+def test_a_file_named_many_times_is_read_once_and_counted_once(tmp_path):
+    """A client may name one upload in a message any number of times: each name would be a read."""
+    (tmp_path / "a.txt").write_text("alpha")
+    named = [("a.txt", "text/plain", tmp_path / "a.txt")] * 50
+    read, problems = read_files(named, LIMIT, max_files=2, pdf=PDF)
+    assert problems == [] and read == {tmp_path / "a.txt": Attachment("a.txt", "alpha", "utf-8")}
+
+
+def test_a_file_read_before_is_taken_as_read_and_a_deleted_one_is_named(tmp_path):
+    """An edit sends its message's files again, deleted since they were read."""
+    known = {tmp_path / "a.txt": Attachment("a.txt", "alpha", "utf-8")}
+    read, problems = read_files([("a.txt", "text/plain", tmp_path / "a.txt"),
+                                 ("b.txt", "text/plain", tmp_path / "b.txt")], LIMIT, 5, PDF, known)
+    assert read == known and [(p.name, p.reason) for p in problems] == [("b.txt", "file_gone")]
+    assert "**b.txt** is no longer on the server" in refusal("en", problems)
 
 
 def test_every_bad_file_is_named_in_one_message():
