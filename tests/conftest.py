@@ -1,6 +1,6 @@
-"""Shared fixtures: ONE real vLLM (CPU build, demo model), ONE PostgreSQL server and ONE
-Chromium per test session, each started at its first use; and the apps that the tests of
-more than one folder use.
+"""Shared fixtures: ONE real vLLM (CPU build, demo model) per run, and ONE PostgreSQL server
+and ONE Chromium per test process (a full run has two: tests/support/schedule.py), each
+started at its first use; and the apps that the tests of more than one folder use.
 
 The engine is started by the supervisor's own code (``Stack.start_engine``), so
 these tests also cover the environment setup, the demo
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from server.passwords import hash_password
 from server.stack import provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
-from tests.support import openai_standin, postgres
+from tests.support import openai_standin, postgres, schedule
 from tests.support.admin import REPLY_TOKENS, TOO_LONG, USERS, XSS, chat, login
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.login import login_app_settings
@@ -36,14 +38,46 @@ from tests.support.search import write_chats
 from tests.support.settings import APP_MAX_TOKENS, engine_settings, start_app
 
 TESTS = Path(__file__).resolve().parent
+GROUPS = pytest.StashKey[Path]()  # the file where the workers write the groups
 # The folders, each its marker (pyproject.toml, [tool.pytest.ini_options]).
 TIERS = ("unit", "app", "browser", "engine", "stack", "models", "network")
+# Seconds per module of the last full run (tests/support/schedule.py).
+DURATIONS = TESTS / "data" / "durations.json"
 
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="only the unit tests (tests/unit/): no vLLM, app, database, balancer, browser "
                           "or network")
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"after a run of both processes (./scripts/test), write each module's seconds "
+                          f"to {DURATIONS.relative_to(ROOT)}")
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        return
+    if config.getoption("--store-durations"):
+        config.pluginmanager.register(schedule.Durations(DURATIONS), "durations")
+    if getattr(config.option, "dist", "no") == "loadscope":
+        config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="ernie-test-groups-")) / "groups.json"
+
+
+def pytest_unconfigure(config):
+    if GROUPS in config.stash:
+        shutil.rmtree(config.stash[GROUPS].parent, ignore_errors=True)
+
+
+def pytest_configure_node(node):
+    """pytest-xdist, in the controller: where each worker writes the groups it found."""
+    if GROUPS in node.config.stash:
+        node.workerinput["groups_file"] = str(node.config.stash[GROUPS])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if GROUPS in config.stash:
+        return schedule.ByConfiguration(config, log, config.stash[GROUPS])
+    return None
 
 
 def tier_of(path: Path) -> str | None:
@@ -67,6 +101,20 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item.path)
         if tier:
             item.add_marker(tier)
+    groups_file = getattr(config, "workerinput", {}).get("groups_file")
+    if groups_file:
+        share_out(items, Path(groups_file))
+
+
+def share_out(items: list[pytest.Item], groups_file: Path) -> None:
+    """The tests in their groups' order, longest first, and the groups for the controller
+    (tests/support/schedule.py)."""
+    module = {item: schedule.module_of(item.nodeid) for item in items}
+    group = schedule.groups([(module[item], item.fixturenames) for item in items])
+    unit = {group[module[item]] for item in items if tier_of(item.path) == "unit"}
+    rank = {name: i for i, name in enumerate(schedule.order(group, schedule.load_seconds(DURATIONS), unit))}
+    items.sort(key=lambda item: rank[group[module[item]]])  # a group keeps its order
+    schedule.write_groups(groups_file, group)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -290,4 +338,5 @@ def app_on_plain_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def login_app(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("login")
-    yield from start_app(tmp, **login_app_settings(tmp, chat_db=tmp / "chats.db"))
+    # PDFs read for 4 s at most: tests/app/test_attached_files.py sends PDFs that take longer.
+    yield from start_app(tmp, **login_app_settings(tmp, chat_db=tmp / "chats.db", pdf_timeout_s=4))

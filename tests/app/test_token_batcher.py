@@ -23,4 +23,8 @@ async def test_the_real_engine_groups_tokens_per_piece_with_the_same_text(engine
     finally:
         await client.close()
     assert "".join(grouped) == "".join(single)
-    assert len(single) >= 30 and len(grouped) <= 1 + 32 // 4 + 1
+    # Without an interval each token may be a piece of its own, but vLLM's API server merges a
+    # request's outputs that queued while its stream was not read (RequestOutputCollector): on a
+    # busy machine 33 tokens came in 27 pieces. More pieces than any grouped stream may have.
+    grouped_at_most = 1 + 32 // 4 + 1
+    assert len(grouped) <= grouped_at_most < len(single)

@@ -1,20 +1,29 @@
-"""ERNIE_MODELS on an address other machines reach, attacked for real: `ernie-chat up` with two
-real vLLMs (the demo models `demo` and `demo-small`) and the real HAProxy, each model's port
-reached over the network address of this machine.
+"""ERNIE_MODELS served for real, on an address other machines reach: `ernie-chat up` with three
+real vLLMs (the demo model at two lengths, `demo` and `demo-copy`, and the other built-in model
+`demo-small`) and the real HAProxy, each model's port reached over the network address of
+this machine.
 
-What it must not allow: any path of either model but GET /health used without the API key, or
-either vLLM reachable around HAProxy. What must keep working: the chat on each model (the app
-reaches them through HAProxy with the key), `status` and `doctor`, the load tools (`bench`,
+What it must do: each model answers on its own port under its served name with its own
+length, `status` and `doctor` cover each, a killed model restarts while the others keep
+answering, SIGTERM leaves no process of any model, and a set that does not fit is refused
+before any vLLM starts. What it must not allow: any path of a model but GET /health used
+without the API key, or a vLLM reachable around HAProxy. What must keep working: the chat on
+each model (the app reaches them through HAProxy with the key), the load tools (`bench`,
 `capacity --through engine`) with the key `up` made, and a Prometheus with `scrape-config`'s,
 whose dashboard panels show each model, all of them or the one chosen.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -23,14 +32,16 @@ import pytest
 from server.loadtest.lib.chat_record import SessionRecord
 from server.loadtest.lib.chat_socket import ChatSession
 from server.paths import ROOT
+from server.stack.processes import free_port, port_free
 from tests.support.metrics import metric
-from tests.support.stack_process import Up, descendants, serving
+from tests.support.stack_process import Up, alive, descendants, serving
 from tests.support.stack_process import KEY_FILE, command_line, network_address
 from tests.support.prometheus import Prometheus, assert_vllm_panels_show_each_model, drawn, vllm_queries
-from tests.support.ports import free_ports
 from tests.support.chat import run
 
-MODELS = ("demo", "demo-small")
+# demo-small, the smaller built-in demo model, takes ERNIE_MAX_MODEL_LEN (4096 in Up).
+LENGTHS = {"demo": 1024, "demo-copy": 2048, "demo-small": 4096}
+MODELS = tuple(LENGTHS)
 REQUESTS = "vllm:request_success_total"
 
 
@@ -40,8 +51,11 @@ def exposed_models(tmp_path_factory, demo_model):
     if address is None:
         pytest.skip("this machine has no address but loopback")
     tmp = tmp_path_factory.mktemp("models-exposed")
-    up = Up(tmp, ERNIE_MODELS=",".join(MODELS), ERNIE_ENGINE_HOST=address, ERNIE_API_KEY=None,
-            ERNIE_ENGINE_PORT=str(free_ports(len(MODELS))), ERNIE_KV_CACHE_GIB=None, ERNIE_MODEL=None,
+    other = tmp / "demo-copy"  # the same weights under another name: served as "demo-copy"
+    shutil.copytree(demo_model, other)
+    up = Up(tmp, ERNIE_MODELS=f"demo:{LENGTHS['demo']},{other}:{LENGTHS['demo-copy']},demo-small",
+            ERNIE_ENGINE_HOST=address, ERNIE_API_KEY=None,
+            ERNIE_ENGINE_PORT=str(free_port(len(MODELS))), ERNIE_KV_CACHE_GIB=None, ERNIE_MODEL=None,
             ERNIE_MAX_TOKENS="8")
     up.address, up.engine_port = address, int(up.env["ERNIE_ENGINE_PORT"])
     yield from serving(up)
@@ -58,6 +72,34 @@ def vllm_port(up: Up, served: str) -> int:
                  if f"[engine {served}] vLLM ready at" in line)
     assert ready.group(1) == "127.0.0.1", ready.group(0)
     return int(ready.group(2))
+
+
+def keyed() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY_FILE.read_text().strip()}"}
+
+
+def listed(up: Up, served: str) -> dict:
+    """The model's own entry in its /v1/models, through HAProxy with the key."""
+    return httpx.get(f"{model_url(up, served)}/v1/models", headers=keyed(), timeout=10).json()["data"][0]
+
+
+def test_each_model_answers_on_its_own_port_with_its_name_and_length(exposed_models):
+    up = exposed_models
+    for served, length in LENGTHS.items():
+        entry = listed(up, served)
+        assert (entry["id"], entry["max_model_len"]) == (served, length)
+        reply = httpx.post(f"{model_url(up, served)}/v1/chat/completions", headers=keyed(), timeout=120, json={
+            "model": served, "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"]
+        assert (up.settings.log_file.with_name(f"llm-{served}.log")).stat().st_size > 0
+    # demo-small is the other built-in model: a vocabulary of its own, built beside demo.
+    small = listed(up, "demo-small")["root"]
+    assert small.endswith("demo-model-small")
+    assert json.loads((Path(small) / "config.json").read_text())["vocab_size"] != json.loads(
+        (Path(listed(up, "demo")["root"]) / "config.json").read_text())["vocab_size"]
+    # The app workers load the same settings, ERNIE_MODELS included: the chat page answers.
+    assert httpx.get(up.url, timeout=10).status_code == 200
 
 
 def paths(served: str) -> list[tuple[str, str, dict | None]]:
@@ -77,9 +119,9 @@ def test_each_model_asks_for_the_key_on_every_path_but_health(exposed_models):
                                 {"Authorization": f"Bearer {key}x"}):
                     refused = http.request(method, path, json=body, headers=headers)
                     assert refused.status_code == 401, (served, method, path, headers, refused.text)
-                served_ok = http.request(method, path, json=body, headers={"Authorization": f"Bearer {key}"})
+                served_ok = http.request(method, path, json=body, headers=keyed())
                 assert served_ok.status_code == 200, (served, method, path, served_ok.text)
-            listed = http.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+            listed = http.get("/v1/models", headers=keyed()).json()["data"]
             assert [entry["id"] for entry in listed] == [served]       # its own vLLM, not another's
             assert http.get("/health").status_code == 200               # for monitors
             assert http.post("/health").status_code == 401
@@ -207,16 +249,59 @@ def test_prometheus_scrapes_each_models_engine_and_the_dashboard_shows_each_and_
         for served in MODELS:  # each target is its own model's vLLM
             assert prometheus.value(f'sum(vllm:num_requests_running{{model="{served}", '
                                     f'model_name="{served}"}})') is not None, served
-        key = KEY_FILE.read_text().strip()
         for served in MODELS:  # a request each while scraped: rates and latencies of its own
             reply = httpx.post(f"{model_url(up, served)}/v1/chat/completions", timeout=120,
-                               headers={"Authorization": f"Bearer {key}"},
+                               headers=keyed(),
                                json={"model": served, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
             assert reply.status_code == 200, reply.text
         assert_vllm_panels_show_each_model(prometheus, list(MODELS))
         # Drawn for one model chosen: each vLLM query draws its series alone, one fewer than for All.
         _, every = drawn(prometheus, tmp_path / "all.png")
         _, one = drawn(prometheus, tmp_path / "demo-small.png", "--model", "demo-small")
-        assert every - one == len(vllm_queries()), (every, one)
+        assert every - one == (len(MODELS) - 1) * len(vllm_queries()), (every, one)
     finally:
         prometheus.stop()
+
+
+def test_a_killed_model_restarts_while_the_others_keep_answering(exposed_models):
+    up = exposed_models
+    mark = len(up.lines)
+    os.kill(up.pid_of("--served-model-name\0demo-copy"), signal.SIGKILL)
+    up.wait_for(r"^\[engine demo-copy\] exited", timeout_s=30, after=mark)
+    deadline = time.monotonic() + 600
+    while not any("[engine demo-copy] vLLM ready" in line for line in up.lines[mark:]):
+        for other in ("demo", "demo-small"):
+            assert listed(up, other)["id"] == other, "another model stopped answering"
+        assert time.monotonic() < deadline and up.proc.poll() is None, up.output()
+        time.sleep(1)
+    assert listed(up, "demo-copy")["max_model_len"] == LENGTHS["demo-copy"]
+    assert not any(line.startswith(("[engine demo]", "[engine demo-small]"))
+                   for line in up.lines[mark:]), up.output()
+
+
+def test_sigterm_leaves_no_process_of_any_model(exposed_models):
+    """Runs last in this module: it ends the stack."""
+    up = exposed_models
+    tree = descendants(up.proc.pid)
+    assert len(tree) >= 5, "expected three engines, HAProxy and the app below the supervisor"
+    up.stop()
+    assert up.proc.returncode == 0
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if alive(p)], "processes left behind after SIGTERM"
+    assert all(port_free(up.address, up.engine_port + i) for i in range(len(MODELS)))
+
+
+def test_up_refuses_a_set_that_does_not_fit_before_any_vllm_starts(tmp_path, demo_model):
+    other = tmp_path / "demo-two"
+    shutil.copytree(demo_model, other)
+    env = {**os.environ, "ERNIE_MODELS": f"demo:999999,{other}:1024",
+           "ERNIE_ENGINE_PORT": str(free_port(2)), "ERNIE_APP_PORT": str(free_port()),
+           "ERNIE_METRICS_PORT": str(free_port()), "ERNIE_LOG_FILE": str(tmp_path / "llm.log")}
+    result = subprocess.run([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "do not fit" in result.stdout and "demo: " in result.stdout, result.stdout
+    assert "max_position_embeddings" in result.stdout, result.stdout
+    assert not (tmp_path / "llm-demo.log").exists() and not (tmp_path / "llm-demo-two.log").exists()

@@ -219,9 +219,21 @@ LINK = re.compile(r"https?://[^\s)]+/shared/[A-Za-z0-9_-]{43}")
 
 
 def command(page, line: str, answer: str):
-    """Send a chat command and wait for its answer and for the chat to take input again."""
+    """Send a chat command and wait for its answer and for the chat to take input again.
+
+    A saved chat's first message moves the page to /thread/<id>, which shows what the database
+    holds (docs/notes.md): an answer that came while that page loaded is saved but not shown
+    until the page loads again, so it is looked for once more after a reload, as a user would.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     send(page, line)
     message = page.locator(ASSISTANT).filter(has_text=answer).last
-    message.wait_for(timeout=30_000)
+    try:
+        message.wait_for(timeout=30_000)
+    except PlaywrightTimeout:
+        if "/thread/" not in page.url:
+            raise
+        page.reload()
+        message.wait_for(timeout=30_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=30_000)
     return message

@@ -58,15 +58,17 @@ def test_a_load_client_that_exits_before_the_sampler_stops_still_counts(tmp_path
     assert sampler.stdout.readline().startswith("sampling")  # the command line has started
     time.sleep(0.5)
     started = time.monotonic()
-    # A process whose command line says it is one of the load tools, spinning one core for 1 s.
+    # A process whose command line says it is one of the load tools, spinning for 1 CPU-second.
     subprocess.run([sys.executable, "-c", SPIN, "server.loadtest.probe"], check=True)
+    # Its share of a core while it ran: 1 CPU-second over its wall time (below 1 where the
+    # machine's cores are busy with other work, as beside a vLLM start in a full test run).
+    share = min(1.0, 1.0 / (time.monotonic() - started))
     time.sleep(0.5)
     sampler.send_signal(signal.SIGINT)
     printed, _ = sampler.communicate(timeout=30)
     result = json.loads(out.read_text())
     assert result["whole"]["load clients"] * result["seconds"] > 0.8  # ~1 CPU-second, kept
-    # (over 0.4 of a core, not 1: on a loaded 2-core machine the second core is shared)
-    assert result["busiest_1s"]["load clients"] > 0.4
+    assert result["busiest_1s"]["load clients"] > 0.5 * share, share
     second = cpu.window(result["samples"], started)
-    assert second["load clients"] > 0.4
+    assert second["load clients"] > 0.4 * share, share
     assert "busy cores, the busiest second" in printed and "load clients" in printed

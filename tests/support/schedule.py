@@ -1,0 +1,97 @@
+"""How a full run shares its two test processes (pytest-xdist, ``--dist loadscope``).
+
+A group is what one process must run alone because it shares a configuration that takes a
+minute to start: every module on the session's vLLM is in "engine", every module on the
+models tier's two vLLMs in "model-pair", and any other module is a group of its own (its
+module-scoped stack stays in one process). Groups go out longest first, from the seconds each
+module took in the last full run on 2 cores (tests/data/durations.json; a module missing there
+counts 0), so that neither process is left alone with a long one at the end. The unit tests
+come right after the first group: the other process runs them while the first builds the
+engine's environment, which every vLLM after it waits for.
+
+The workers collect the tests and find the groups; the controller, which collects nothing,
+reads them from a file the workers write, and hands out one group at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from xdist.scheduler import LoadScopeScheduling
+
+# Session or package fixtures that each take a vLLM start: whoever uses one runs beside the others.
+SHARED = {"engine": "engine", "model_pair": "model-pair"}
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def groups(items: Sequence[tuple[str, Iterable[str]]]) -> dict[str, str]:
+    """module -> group, for (module, one test's fixtures) pairs: the first shared fixture any
+    test of the module uses, else the module itself."""
+    used: dict[str, set[str]] = defaultdict(set)
+    for module, fixtures in items:
+        used[module] |= set(fixtures)
+    return {module: next((group for fixture, group in SHARED.items() if fixture in names), module)
+            for module, names in used.items()}
+
+
+def order(group_of: dict[str, str], seconds: dict[str, float], fillers: set[str]) -> list[str]:
+    """The groups longest first (a group: the seconds of its modules), with ``fillers`` right
+    after the longest one."""
+    weight: dict[str, float] = defaultdict(float)
+    for module, group in group_of.items():
+        weight[group] += seconds.get(module, 0.0)
+    ranked = sorted(dict.fromkeys(group_of.values()), key=lambda group: -weight[group])
+    head, rest = ranked[:1], ranked[1:]
+    return head + [g for g in rest if g in fillers] + [g for g in rest if g not in fillers]
+
+
+def load_seconds(path: Path) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def write_groups(path: Path, group_of: dict[str, str]) -> None:
+    """Written whole or not at all: both workers write the same groups."""
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    part.write_text(json.dumps(group_of))
+    part.replace(path)
+
+
+class Durations:
+    """Adds up each module's seconds (set-up, call and tear-down) as the run's reports come
+    in, and writes them at the end."""
+
+    def __init__(self, path: Path):
+        self.path, self.seconds = path, defaultdict(float)
+
+    def pytest_runtest_logreport(self, report) -> None:
+        self.seconds[module_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        if self.seconds:
+            ranked = sorted(self.seconds.items(), key=lambda kv: -kv[1])
+            self.path.write_text(json.dumps({module: round(s, 1) for module, s in ranked}, indent=1) + "\n")
+
+
+class ByConfiguration(LoadScopeScheduling):
+    """pytest-xdist's scheduling by scope, a scope being a group, in the workers' order."""
+
+    def __init__(self, config, log, groups_file: Path):
+        config.option.loadscopereorder = False  # the workers sorted the tests: longest first
+        super().__init__(config, log)
+        self.groups_file = groups_file
+        self.group_of: Optional[dict[str, str]] = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self.group_of is None:  # the workers have collected by now: the file is there
+            self.group_of = json.loads(self.groups_file.read_text())
+        return self.group_of.get(module_of(nodeid), module_of(nodeid))

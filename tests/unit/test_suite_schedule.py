@@ -1,0 +1,57 @@
+"""tests/support/schedule.py: which tests one process must run together, and in what order."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.schedule import Durations, groups, load_seconds, order, write_groups
+
+
+def test_a_module_with_one_test_on_the_session_engine_goes_whole_to_the_engine_group():
+    found = groups([
+        ("tests/app/test_admin.py", ["app_without_engine"]),
+        ("tests/app/test_admin.py", ["engine", "tmp_path"]),
+        ("tests/models/test_compare_stack.py", ["model_pair", "page_factory"]),
+        ("tests/stack/test_scale.py", ["database"]),
+        ("tests/unit/test_history.py", []),
+    ])
+    assert found == {"tests/app/test_admin.py": "engine",
+                     "tests/models/test_compare_stack.py": "model-pair",
+                     "tests/stack/test_scale.py": "tests/stack/test_scale.py",
+                     "tests/unit/test_history.py": "tests/unit/test_history.py"}
+
+
+def test_groups_go_longest_first_with_the_fillers_after_the_longest():
+    group_of = {"app.py": "engine", "browser.py": "engine", "scale.py": "scale.py", "faults.py": "faults.py",
+                "unit_a.py": "unit_a.py", "unit_b.py": "unit_b.py", "new.py": "new.py"}
+    seconds = {"app.py": 500, "browser.py": 400, "scale.py": 430, "faults.py": 220, "unit_a.py": 5,
+               "unit_b.py": 9}
+    ranked = order(group_of, seconds, {"unit_a.py", "unit_b.py"})
+    assert ranked == ["engine", "unit_b.py", "unit_a.py", "scale.py", "faults.py", "new.py"]
+
+
+def test_missing_or_broken_durations_mean_no_preference(tmp_path):
+    assert load_seconds(tmp_path / "absent.json") == {}
+    (tmp_path / "broken.json").write_text("[1, 2")
+    assert load_seconds(tmp_path / "broken.json") == {}
+    (tmp_path / "good.json").write_text(json.dumps({"engine": 12.5}))
+    assert load_seconds(tmp_path / "good.json") == {"engine": 12.5}
+
+
+def test_the_seconds_of_each_module_add_up_from_the_reports(tmp_path):
+    class Report:
+        def __init__(self, nodeid, duration):
+            self.nodeid, self.duration = nodeid, duration
+    durations = Durations(tmp_path / "durations.json")
+    for nodeid, seconds in [("tests/a.py::t", 2.0), ("tests/a.py::t", 0.5), ("tests/b.py::t[a::b]", 9.0)]:
+        durations.pytest_runtest_logreport(Report(nodeid, seconds))
+    durations.pytest_sessionfinish()
+    assert json.loads((tmp_path / "durations.json").read_text()) == {"tests/b.py": 9.0, "tests/a.py": 2.5}
+
+
+def test_the_groups_file_is_replaced_whole(tmp_path):
+    path = tmp_path / "groups.json"
+    write_groups(path, {"tests/a.py": "engine"})
+    write_groups(path, {"tests/b.py": "engine"})
+    assert json.loads(path.read_text()) == {"tests/b.py": "engine"}
+    assert [p.name for p in tmp_path.iterdir()] == ["groups.json"]
