@@ -36,11 +36,14 @@ from server.stack.engine_args import cpu_share, one_thread_per_core
 from tests.support import postgres
 from tests.support.metrics import metric_async
 from tests.support.stack_process import Up, descendants, serving
-from tests.support.chat import PASSWORD, chats, login_cookie, page_of_worker, run, until, USER
+from tests.support.chat import PASSWORD, chats, login_cookie, page_of_worker, replies_of, run, until, USER
 
 # Tokens: long enough that a fault lands mid-reply, with each engine copy on a core of its
 # own (a reply of 1,500 took about 6 s there); the window holds a chat's second turn.
 LONG_REPLY = 3000
+# Where no fault must land mid-reply, each chat asks for short replies (its settings panel): six
+# chats of LONG_REPLY tokens took 95 s of a run, a rolling restart's drains waited for them.
+SHORT_REPLY = 64
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +133,7 @@ def test_chats_spread_over_both_workers_and_postgres_keeps_every_one(stack, data
     prompts = [f"Tell me story number {i}." for i in range(6)]
 
     async def go():
-        sessions = await chats(stack.url, cookie, prompts)
+        sessions = await chats(stack.url, cookie, prompts, reply_tokens=SHORT_REPLY)
         worker_ports = [int(p) for p in re.findall(r"\[app(?: \d)?\] Chainlit ready at http://127.0.0.1:(\d+)",
                                                     "\n".join(stack.lines))]
         spread = [connections_to(p) for p in worker_ports]
@@ -191,7 +194,7 @@ def test_a_dead_engine_copy_costs_no_chat_its_replies_go_on_on_the_other(stack):
         pid = next(p for p in descendants(stack.proc.pid)
                    if f"--port {urls[victim].rsplit(':', 1)[1]}" in " ".join(titles([p])))
         os.killpg(pid, signal.SIGKILL)
-        later = await chats(stack.url, cookie, ["A short story after the crash."])
+        later = await chats(stack.url, cookie, ["A short story after the crash."], reply_tokens=SHORT_REPLY)
         await later[0].ask()
         await asyncio.gather(*asking)
         for s in sessions + later:
@@ -222,6 +225,7 @@ def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack, 
         sessions = [ChatSession(SessionRecord(i, "", f"Question {i}."), reconnect=True) for i in (0, 1)]
         for session, cookies in zip(sessions, browsers):
             assert await asyncio.wait_for(session.open(stack.url, headers={"Cookie": cookies}), 120)
+        await replies_of(sessions[0], SHORT_REPLY)  # only the reply on the killed worker runs long
         await asyncio.wait_for(sessions[0].ask(), 600)
         asking = asyncio.create_task(sessions[1].ask())
         await until(lambda: sessions[1].record.streamed, 300)
@@ -233,6 +237,7 @@ def test_a_dead_worker_moves_its_chats_which_carry_on_with_their_history(stack, 
         await asyncio.wait_for(asking, 600)
         continued = copy.copy(sessions[1].record)
         saved = await saved_reply(database, continued.reply_id)
+        await replies_of(sessions[1], SHORT_REPLY)  # the history is what the next turns are about
         for session, prompt in zip(sessions, ("Question 2.", "Question 3.")):
             session.next_turn(prompt)
             await asyncio.wait_for(session.ask(), 600)
@@ -283,6 +288,7 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     async def user(i: int, cookies: str) -> tuple[list[tuple[bool, str]], int]:
         session, turns, moves = ChatSession(SessionRecord(i, "", "")), [], 0
         assert await asyncio.wait_for(session.open(stack.url, headers={"Cookie": cookies}), 120)
+        await replies_of(session, SHORT_REPLY)
         while restart.poll() is None:
             session.next_turn(f"Chat {i}, question {len(turns)}.")
             await asyncio.wait_for(session.ask(), 600)

@@ -87,11 +87,21 @@ def run(coro):
     return asyncio.new_event_loop().run_until_complete(coro)
 
 
-async def chats(url: str, cookie: str, prompts: list[str]) -> list[ChatSession]:
+async def chats(url: str, cookie: str, prompts: list[str], reply_tokens: int = 0) -> list[ChatSession]:
+    """Chats opened at once, each to ask its prompt; ``reply_tokens``: their replies' length, as
+    each chat's settings panel sets it (else the app's ERNIE_MAX_TOKENS)."""
     sessions = [ChatSession(SessionRecord(i, "", p)) for i, p in enumerate(prompts)]
     opened = await asyncio.gather(*(s.open(url, headers={"Cookie": cookie}) for s in sessions))
     assert all(opened), [s.record.error for s in sessions]
+    if reply_tokens:
+        await asyncio.gather(*(replies_of(s, reply_tokens) for s in sessions))
     return sessions
+
+
+async def replies_of(session: ChatSession, tokens: int) -> None:
+    """The chat's next replies ``tokens`` long, set as its settings panel does; returns once the
+    app has applied it (Socket.IO acknowledges an event when its handler has returned)."""
+    await session.sio.call("chat_settings_change", {"max_tokens": tokens}, timeout=60)
 
 
 def page_of_worker(url: str, worker: int, cookie: str = "") -> str:
