@@ -24,10 +24,11 @@ from server.loadtest.lib.chat_socket import ChatSession
 from server.stack.engine_args import SERVE_MODULE
 from server.stack.processes import port_free
 from tests.support.stack_process import Up, alive, descendants
-from tests.support.chat import run, turn, open_chat
+from tests.support.chat import open_chat, replies_of, run, turn
 
 REQUEST_TIMEOUT_S = 3
 REPLY_TOKENS = 3000
+SHORT_REPLY = 64  # a chat's replies where no fault must land in one (its settings panel)
 CONTINUE_WAIT_S = 300  # a CPU vLLM's restart, on cores other tests may share
 
 
@@ -119,12 +120,14 @@ def test_engine_killed_mid_reply_restarts_and_the_reply_goes_on_with_history_kep
     wait_engine_ready(stack)
     async def scenario():
         chat = await open_chat(stack.url)
+        await replies_of(chat, SHORT_REPLY)  # only the reply the kill lands in runs long
         first = await turn(chat, "Remember: my name is Ada.")
         assert first.complete, first
         first_prompt = prompt_tokens(first)
 
         mark = len(stack.lines)
         told = notices(chat)
+        await replies_of(chat, REPLY_TOKENS)
         chat.next_turn("Tell me a story about the sea.")
         asking = asyncio.create_task(chat.ask())
         streamed = []
@@ -144,6 +147,7 @@ def test_engine_killed_mid_reply_restarts_and_the_reply_goes_on_with_history_kep
         assert any("restarting" in t for t in told), told
         assert "vLLM ready at" in "\n".join(stack.lines[mark:])
 
+        await replies_of(chat, SHORT_REPLY)
         after = await turn(chat, "What is my name?")
         assert after.complete, after
         # The continued reply went back to the model whole, as one turn (re-tokenized from
@@ -157,6 +161,7 @@ def test_hung_engine_times_out_for_the_user_and_is_replaced(stack):
     wait_engine_ready(stack)
     async def scenario():
         chat = await open_chat(stack.url)
+        await replies_of(chat, SHORT_REPLY)  # what is measured is the wait for the first token
         mark = len(stack.lines)
         engine = stack.pid_of(SERVE_MODULE)
         errors = error_times(chat)
@@ -185,6 +190,7 @@ def test_app_killed_is_restarted_and_serves_new_chats(stack):
 
     async def scenario():
         chat = await open_chat(stack.url)
+        await replies_of(chat, SHORT_REPLY)
         assert (await turn(chat, "hello again")).complete
         await chat.close()
     run(scenario())
