@@ -1,6 +1,6 @@
-"""Shared fixtures: ONE real vLLM (CPU build, demo model) per run, and ONE PostgreSQL server
-and ONE Chromium per test process (a full run has two: tests/support/schedule.py), each
-started at its first use; and the apps that the tests of more than one folder use.
+"""Shared fixtures: ONE real vLLM (CPU build, demo model), ONE PostgreSQL server and ONE
+Chromium per test process (a full run has two: tests/support/schedule.py), each started at
+its first use; and the apps that the tests of more than one folder use.
 
 The engine is started by the supervisor's own code (``Stack.start_engine``), so
 these tests also cover the environment setup, the demo

@@ -1,9 +1,11 @@
 """How a full run shares its two test processes (pytest-xdist, ``--dist loadscope``).
 
-A group is what one process must run alone because it shares a configuration that takes a
-minute to start: every module on the session's vLLM is in "engine", every module on the
-models tier's two vLLMs in "model-pair", and any other module is a group of its own (its
-module-scoped stack stays in one process). Groups go out longest first, from the seconds each
+A group is what one process must run alone because it shares a configuration that takes
+minutes to start: every module on the models tier's two vLLMs is in "model-pair", and any
+other module is a group of its own (its module-scoped stack stays in one process). The
+modules on the session's vLLM are not held together: they took 15 minutes of a run, more
+than the rest of the run left the other process, so each process starts a session vLLM of
+its own once it needs one (about 40 s on a busy core). Groups go out longest first, from the seconds each
 module took in the last full run on 2 cores (tests/data/durations.json; a module missing there
 counts 0), so that neither process is left alone with a long one at the end. The unit tests
 come right after the first group: the other process runs them while the first builds the
@@ -23,8 +25,8 @@ from typing import Iterable, Optional, Sequence
 
 from xdist.scheduler import LoadScopeScheduling
 
-# Session or package fixtures that each take a vLLM start: whoever uses one runs beside the others.
-SHARED = {"engine": "engine", "model_pair": "model-pair"}
+# Package fixtures whose start takes minutes: whoever uses one runs beside the others.
+SHARED = {"model_pair": "model-pair"}
 
 
 def module_of(nodeid: str) -> str:

@@ -7,15 +7,17 @@ import json
 from tests.support.schedule import Durations, groups, load_seconds, order, write_groups
 
 
-def test_a_module_with_one_test_on_the_session_engine_goes_whole_to_the_engine_group():
+def test_a_module_with_one_test_on_the_model_pair_goes_whole_to_its_group():
     found = groups([
-        ("tests/app/test_admin.py", ["app_without_engine"]),
         ("tests/app/test_admin.py", ["engine", "tmp_path"]),
+        ("tests/models/test_live_view.py", ["page_factory"]),
+        ("tests/models/test_live_view.py", ["model_pair"]),
         ("tests/models/test_compare_stack.py", ["model_pair", "page_factory"]),
         ("tests/stack/test_scale.py", ["database"]),
         ("tests/unit/test_history.py", []),
     ])
-    assert found == {"tests/app/test_admin.py": "engine",
+    assert found == {"tests/app/test_admin.py": "tests/app/test_admin.py",  # each process has an engine
+                     "tests/models/test_live_view.py": "model-pair",
                      "tests/models/test_compare_stack.py": "model-pair",
                      "tests/stack/test_scale.py": "tests/stack/test_scale.py",
                      "tests/unit/test_history.py": "tests/unit/test_history.py"}
