@@ -111,8 +111,9 @@ def share_out(items: list[pytest.Item], groups_file: Path) -> None:
     (tests/support/schedule.py)."""
     module = {item: schedule.module_of(item.nodeid) for item in items}
     group = schedule.groups([(module[item], item.fixturenames) for item in items])
-    unit = {group[module[item]] for item in items if tier_of(item.path) == "unit"}
-    rank = {name: i for i, name in enumerate(schedule.order(group, schedule.load_seconds(DURATIONS), unit))}
+    # What needs no engine environment fills the other process's wait while it builds.
+    fillers = {group[module[item]] for item in items if tier_of(item.path) in ("unit", "network")}
+    rank = {name: i for i, name in enumerate(schedule.order(group, schedule.load_seconds(DURATIONS), fillers))}
     items.sort(key=lambda item: rank[group[module[item]]])  # a group keeps its order
     schedule.write_groups(groups_file, group)
 

@@ -7,9 +7,9 @@ modules on the session's vLLM are not held together: they took 15 minutes of a r
 than the rest of the run left the other process, so each process starts a session vLLM of
 its own once it needs one (about 40 s on a busy core). Groups go out longest first, from the seconds each
 module took in the last full run on 2 cores (tests/data/durations.json; a module missing there
-counts 0), so that neither process is left alone with a long one at the end. The unit tests
-come right after the first group: the other process runs them while the first builds the
-engine's environment, which every vLLM after it waits for.
+counts 0), so that neither process is left alone with a long one at the end. The unit and
+network tests, which need no engine, come right after the first group: the other process
+runs them while the engine's environment builds, which every vLLM waits for.
 
 The workers collect the tests and find the groups; the controller, which collects nothing,
 reads them from a file the workers write, and hands out one group at a time.
