@@ -105,6 +105,59 @@ def cmd_revoke_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Everything a run keeps, into a new folder, while the stack serves."""
+    from server.data_life import backup
+    folder = Path(args.dir)
+    data = backup.take(load_settings(), folder, project_version())
+    total = sum(item["bytes"] for item in data["files"])
+    print(f"Backed up {len(data['files'])} file(s), {total / 2**20:,.1f} MiB, into {folder} "
+          f"(manifest.json: sizes and SHA-256). Restore with `ernie-chat restore {folder}`.")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from server.data_life import restore
+    restore.put_back(load_settings(), Path(args.dir), force=args.force)
+    print("Restored. Start the stack with ./scripts/up.")
+    return 0
+
+
+def cmd_export_user(args: argparse.Namespace) -> int:
+    """Everything of one user, as a zip of JSON and Markdown."""
+    from server.data_life import user_data
+    out = Path(args.out or f"{user_data.slug(args.name)}-export.zip")
+    found = user_data.write_export(load_settings(), args.name, out, project_version())
+    print(f"Exported {args.name}: {user_data.summary(found.counts())}, into {out} (export.json, "
+          "and chats/*.md: each chat to read).")
+    return 0
+
+
+def cmd_delete_user(args: argparse.Namespace) -> int:
+    """Remove everything of one user, after a confirmation (or --yes)."""
+    from server.data_life import user_data
+    from server.errors import BadInput
+    settings = load_settings()
+    found = user_data.find(settings, args.name)
+    user_data.refuse_unknown(found, settings)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise BadInput(f"delete-user {args.name} asks for a confirmation and there is no terminal "
+                           "to ask on: add --yes to delete without asking.")
+        print(f"This removes for good everything of {args.name}: {user_data.summary(found.counts())}; "
+              "and signs them out everywhere.")
+        if input(f"Type the name ({args.name}) to go on: ").strip() != args.name:
+            print("Not confirmed; nothing was removed.")
+            return 1
+    removed = user_data.delete(settings, args.name)
+    print(f"Removed of {args.name}: {user_data.summary(removed)}. Signed out everywhere: their logins "
+          "are refused from their next request.")
+    if args.name in settings.user_passwords:
+        print(f"Note: {args.name} is still in ERNIE_USERS and may log in again: remove the entry "
+              "(and restart the stack) to lock them out.", file=sys.stderr)
+    return 0
+
+
 def engine_logs() -> list[Path]:
     """llm.log, or with ERNIE_MODELS each model's (server/stack/model_tiers.py)."""
     from server.stack.model_tiers import model_log_path
@@ -319,6 +372,39 @@ def build_parser() -> argparse.ArgumentParser:
                             "good, also remove it from ERNIE_USERS.")
     revoke.add_argument("name", metavar="NAME", help="the user name, as in ERNIE_USERS")
     revoke.set_defaults(func=cmd_revoke_sessions)
+
+    backup = sub.add_parser(
+        "backup", help="back up the saved chats, logins and usage into a new folder, while serving",
+        description="Copies the saved chats (SQLite's online backup, or pg_dump for PostgreSQL), the "
+        "login store and the usage log of the settings (.env, ERNIE_*) into DIR, a new or empty "
+        "folder (0700), with manifest.json: sizes and SHA-256. Safe while the stack serves. "
+        "docs/operations.md.")
+    backup.add_argument("dir", metavar="DIR", help="a new or empty folder")
+    backup.set_defaults(func=cmd_backup)
+
+    restore = sub.add_parser(
+        "restore", help="put a backup back into the configured places (the stack stopped)",
+        description="Checks DIR's manifest (sizes, SHA-256), that `up` is not running and that the "
+        "targets hold no data, then restores into ERNIE_CHAT_DB, ERNIE_AUTH_DB and ERNIE_USAGE_LOG.")
+    restore.add_argument("dir", metavar="DIR", help="a folder `ernie-chat backup` wrote")
+    restore.add_argument("--force", action="store_true", help="replace data the targets hold")
+    restore.set_defaults(func=cmd_restore)
+
+    export = sub.add_parser(
+        "export-user", help="everything of one user, as a zip of JSON and Markdown",
+        description="Their chats with every message, shared links, usage lines and what the "
+        "login store keeps of them; never password fingerprints or tokens.")
+    export.add_argument("name", metavar="NAME", help="the login name")
+    export.add_argument("--out", metavar="FILE", help="the zip to write (default NAME-export.zip)")
+    export.set_defaults(func=cmd_export_user)
+
+    delete = sub.add_parser(
+        "delete-user", help="remove everything of one user and sign them out everywhere",
+        description="Chats (messages, elements, feedback), shared links, limit and login counts, "
+        "usage lines and live chat files of NAME; safe while the stack serves.")
+    delete.add_argument("name", metavar="NAME", help="the login name")
+    delete.add_argument("--yes", action="store_true", help="do not ask for a confirmation")
+    delete.set_defaults(func=cmd_delete_user)
 
     show = sub.add_parser("settings", help="show the effective settings and vLLM command")
     show.add_argument("--env-example", action="store_true", help="print .env.example's text")

@@ -8,7 +8,8 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
 
     ErnieChatError
     ├── BadInput             a file or value given to a command cannot be used
-    │   └── MissingFile      a file or folder named by the user does not exist
+    │   ├── MissingFile      a file or folder named by the user does not exist
+    │   └── NoSuchUser       server.data_life: export-user or delete-user of an unknown name
     ├── SettingsError        server.settings: a bad ERNIE_* value or .env line
     ├── ChatDbError          server.chat_db: the saved-chats database cannot be used
     ├── AuthStoreError       server.auth_store: the login store cannot be used
@@ -23,6 +24,7 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ├── RuntimeApiError      server.stack.balancer_runtime: HAProxy's admin socket failed
     ├── RestartRefused       server.stack.rolling: no restart without downtime as asked
     ├── RestartError         server.stack.restart_control: no running stack to restart
+    ├── DataLifeError        server.data_life: a backup, restore, export or deletion refused
     └── LoadTestError        server.loadtest: a load test that cannot run as asked
         ├── BenchError       bench
         ├── TuneError        tune
