@@ -108,10 +108,11 @@ def cmd_revoke_sessions(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     """Everything a run keeps, into a new folder, while the stack serves."""
     from server.data_life import backup
+    from server.data_life.manifest import size_text
     folder = Path(args.dir)
     data = backup.take(load_settings(), folder, project_version())
     total = sum(item["bytes"] for item in data["files"])
-    print(f"Backed up {len(data['files'])} file(s), {total / 2**20:,.1f} MiB, into {folder} "
+    print(f"Backed up {len(data['files'])} file(s), {size_text(total)}, into {folder} "
           f"(manifest.json: sizes and SHA-256). Restore with `ernie-chat restore {folder}`.")
     return 0
 

@@ -42,6 +42,13 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def size_text(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} bytes"
+
+
 def entry(folder: Path, name: str) -> Entry:
     path = folder / name
     return Entry(name, WHAT[name], path.stat().st_size, sha256(path))

@@ -24,7 +24,7 @@ from server.settings import Settings
 from server.stack.restart_control import run_folder
 
 from server.data_life import DataLifeError, manifest
-from server.data_life.backup import LOG
+from server.data_life.backup import LOG, ticking
 from server.data_life.database import (PostgresDatabase, SqliteDatabase, count_rows, pg_connection,
                                        pg_tool)
 from server.data_life.places import Places, places_of, refuse_while_up
@@ -54,7 +54,8 @@ def put_back(settings: Settings, folder: Path, force: bool = False, say: Say = p
         if name == manifest.CHATS_POSTGRES:
             pg_restore(places.chat_db, source, run_folder(settings) / LOG)
         else:
-            replace_file(source, targets[name])
+            with ticking("restore", f"{name} ..."):
+                replace_file(source, targets[name])
         say(f"[restore] {name} -> {describe(places, name)}")
     if data.get("version"):
         say(f"[restore] done: the data of {data.get('finished', '?')}, taken by version {data['version']}")

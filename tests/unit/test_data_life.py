@@ -47,6 +47,11 @@ def test_the_manifest_names_each_file_with_its_size_and_checksum(tmp_path):
     assert manifest.verify(folder, data) == []
 
 
+def test_sizes_are_said_in_the_unit_that_fits():
+    assert [manifest.size_text(n) for n in (0, 1023, 65536, 3 * 2**20 + 2**19, 5 * 2**30)] == [
+        "0 bytes", "1,023 bytes", "64.0 KiB", "3.5 MiB", "5.0 GiB"]
+
+
 @pytest.mark.parametrize("change, problem", [
     (lambda f: (f / "usage.jsonl").unlink(), "usage.jsonl: missing"),
     (lambda f: (f / "usage.jsonl").write_text('{"user": "b"}\n'), "SHA-256 differs"),
@@ -237,6 +242,26 @@ def test_delete_user_without_a_terminal_asks_for_yes(monkeypatch, capsys, tmp_pa
     assert (tmp_path / "usage.jsonl").read_text() == '{"user": "bob"}\n'
     code, err = run_cli(monkeypatch, capsys, tmp_path, "delete-user", "bob", "--yes")
     assert code == 0 and (tmp_path / "usage.jsonl").read_text() == ""
+
+
+def test_delete_user_on_a_terminal_goes_on_only_when_the_name_is_typed(monkeypatch, capsys, tmp_path):
+    (tmp_path / "usage.jsonl").write_text('{"user": "bob"}\n')
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: "yes")
+    code, _ = run_cli(monkeypatch, capsys, tmp_path, "delete-user", "bob")
+    assert code == 1 and (tmp_path / "usage.jsonl").read_text() == '{"user": "bob"}\n'
+    monkeypatch.setattr("builtins.input", lambda prompt: "bob")
+    code, _ = run_cli(monkeypatch, capsys, tmp_path, "delete-user", "bob")
+    assert code == 0 and (tmp_path / "usage.jsonl").read_text() == ""
+
+
+def test_a_status_line_ticks_while_a_silent_step_runs(monkeypatch):
+    lines = []
+    monkeypatch.setattr(backup.StatusLine, "update", lambda self, detail: lines.append(detail))
+    with backup.ticking("backup", "chats.db ...", every_s=0.001):
+        while not lines:  # the step "runs" until the line has ticked
+            pass
+    assert lines[0] == "chats.db ..."
 
 
 def test_export_and_delete_of_an_unknown_user_say_so(monkeypatch, capsys, tmp_path):
