@@ -51,6 +51,9 @@ class SqliteDatabase(Database):
 
     def __init__(self, path: Path):
         self.where = str(path)
+        if not Path(path).is_file():  # sqlite3 would make an empty one
+            raise DataLifeError(f"No SQLite database at {path}: check ERNIE_CHAT_DB and "
+                                "ERNIE_AUTH_DB (run the command with the settings the stack uses).")
         try:
             # isolation_level=None: the transactions are the ones written out.
             self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -59,10 +62,22 @@ class SqliteDatabase(Database):
             raise DataLifeError(f"{path} cannot be opened as a SQLite database ({exc}).") from exc
 
     async def fetch(self, query: str, *args) -> list[dict]:
-        return [dict(row) for row in self.db.execute(_NUMBERED.sub(r"?\1", query), args)]
+        return [dict(row) for row in self._run(query, args)]
 
     async def execute(self, query: str, *args) -> int:
-        return self.db.execute(_NUMBERED.sub(r"?\1", query), args).rowcount
+        return self._run(query, args).rowcount
+
+    def _run(self, query: str, args: tuple) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(_NUMBERED.sub(r"?\1", query), args)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise DataLifeError(f"{self.where} stayed locked by another writer for "
+                                    f"{BUSY_TIMEOUT_S:.0f} s ({exc}); nothing was changed. Try again.") from exc
+            raise DataLifeError(f"{self.where} cannot be used ({exc}).") from exc
+        except sqlite3.DatabaseError as exc:
+            raise DataLifeError(f"{self.where} is not a usable SQLite database ({exc}); it was left "
+                                "as it is. Restore a backup of it (`ernie-chat restore`).") from exc
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

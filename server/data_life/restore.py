@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sqlite3
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -104,8 +103,8 @@ def holds_data(places: Places, name: str, target: Optional[Path]) -> Optional[st
     db = SqliteDatabase(target)
     try:
         rows = asyncio.run(count_rows(db))
-    except sqlite3.DatabaseError:
-        return f"{target.stat().st_size:,} bytes that are not a SQLite database"
+    except DataLifeError:
+        return f"{target.stat().st_size:,} bytes that are not a usable SQLite database"
     finally:
         db.db.close()
     return _rows_text(rows)

@@ -264,6 +264,19 @@ def test_a_status_line_ticks_while_a_silent_step_runs(monkeypatch):
     assert lines[0] == "chats.db ..."
 
 
+def test_a_missing_or_broken_chat_database_is_named_and_left_alone(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("ERNIE_USERS", "bob:x")
+    monkeypatch.setenv("ERNIE_CHAT_DB", str(tmp_path / "nowhere.db"))
+    code, err = run_cli(monkeypatch, capsys, tmp_path, "export-user", "bob", "--out", str(tmp_path / "b.zip"))
+    assert code == 2 and f"No SQLite database at {tmp_path / 'nowhere.db'}" in err
+    assert not (tmp_path / "nowhere.db").exists()
+    (tmp_path / "broken.db").write_bytes(b"not a database" * 100)
+    monkeypatch.setenv("ERNIE_CHAT_DB", str(tmp_path / "broken.db"))
+    code, err = run_cli(monkeypatch, capsys, tmp_path, "delete-user", "bob", "--yes")
+    assert code == 2 and "is not a usable SQLite database" in err
+    assert (tmp_path / "broken.db").read_bytes() == b"not a database" * 100
+
+
 def test_export_and_delete_of_an_unknown_user_say_so(monkeypatch, capsys, tmp_path):
     for command in ("export-user", "delete-user"):
         code, err = run_cli(monkeypatch, capsys, tmp_path, command, "nobody", "--out" if command == "export-user" else "--yes",
