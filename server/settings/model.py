@@ -56,6 +56,19 @@ class ModelSettings(BaseModel):
         "freeing its memory, and starts again on its next request (0: it stays up, until another "
         "needs its place with ERNIE_MODELS_AT_ONCE).",
     )
+    # Fixed rather than a multiple of the model's last load time: the same for every model and
+    # known before its first start. A swap costs the users of the model pushed out two loads
+    # (out and back in), 20-70 s each for the demo models on a busy CPU, 30-50 s on the H200:
+    # with 120 s a user who keeps asking an asleep model makes the loaded one's users wait at
+    # most about (2 x load + 10) / (120 + 2 x load + 10) of the time (a third with 30 s loads)
+    # instead of most of it, while a user of an asleep model waits at most 120 s for a place.
+    model_min_loaded_s: float = Field(
+        120.0, ge=0,
+        description="With ERNIE_MODELS_AT_ONCE: a model started or woken stays loaded at least "
+        "this many seconds before another model's request may push it out (the model it pushed "
+        "out may have its place back once it is idle); the asked model waits meanwhile. "
+        "ERNIE_MODEL_IDLE_S still stops it when unused. 0: no minimum (docs/models.md).",
+    )
 
     @property
     def model_entries(self) -> tuple[ModelEntry, ...]:

@@ -101,6 +101,7 @@ def on_demand_models(stack: RunningStack) -> Optional[OnDemand]:
     s = stack.settings
     if s.at_once >= len(stack.tiers) and not s.model_idle_s:
         return None
-    manager = OnDemand(stack, stack.tiers, s.at_once, s.model_idle_s, stack.out)
+    manager = OnDemand(stack, stack.tiers, s.at_once, s.model_idle_s, stack.out,
+                       min_loaded_s=s.model_min_loaded_s)
     manager.park()
     return manager

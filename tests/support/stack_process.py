@@ -72,11 +72,13 @@ class Up:
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
+        self.read_at: list[float] = []  # when each line was read (time.time())
         self.reader = threading.Thread(target=self._read, daemon=True)  # ends with the output
         self.reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
+            self.read_at.append(time.time())  # first: every line has its time
             self.lines.append(line.rstrip())
 
     def wait_for(self, pattern: str, timeout_s: float = 600, after: int = 0) -> int:
