@@ -50,4 +50,5 @@ if SETTINGS.chat_db is not None:
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
     chat_search.install()
     share_page.install(SETTINGS.public_url,
-                       lambda thread: ENGINES.pick(saved_chats.thread_profile(thread))[0].name)
+                       lambda thread: ENGINES.pick(saved_chats.thread_profile(thread))[0].name,
+                       SETTINGS.shared_requests_per_min)

@@ -15,6 +15,8 @@ The numbers live in the store the login throttle uses (``server/auth_store.py``:
 SQLite file every worker opens, or the PostgreSQL chat database), in a table of their
 own, changed in one locked transaction per message: several workers count one user once.
 Pure math here with the time passed in; ``UserLimits`` is the thin I/O around it.
+``LocalRate`` counts the same way in one worker's memory, for what is cheap enough that a
+shared store would cost more than it guards (the shared chats' pages per address).
 """
 
 from __future__ import annotations
@@ -106,6 +108,29 @@ def admit(states: dict[str, KeyState], limits: Limits, user: str, now: float) ->
 def spend_tokens(states: dict[str, KeyState], rate: Rate, user: str, tokens: int, now: float) -> None:
     key = f"{TOKENS}:{user}"
     _set(states, key, rate.spent(_ready_at(states, key), now, tokens))
+
+
+class LocalRate:
+    """One ``Rate`` per key, in this process's memory: ``take`` counts one unit of ``key``, or
+    says how many seconds until one fits (counting nothing).  Keys whose allowance is whole
+    again are forgotten as the table grows, so it holds at most the keys seen in one period."""
+
+    def __init__(self, rate: Rate, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.clock = rate, clock
+        self.ready_at: dict[str, float] = {}
+        self.sweep_at = 1024
+
+    def take(self, key: str) -> float:
+        now = self.clock()
+        ready_at = self.ready_at.get(key, 0.0)
+        wait_s = self.rate.wait_s(ready_at, now)
+        if wait_s > 0:
+            return wait_s
+        self.ready_at[key] = self.rate.spent(ready_at, now, 1)
+        if len(self.ready_at) >= self.sweep_at:
+            self.ready_at = {k: at for k, at in self.ready_at.items() if at > now}
+            self.sweep_at = max(1024, 2 * len(self.ready_at))
+        return 0.0
 
 
 class UserLimits:

@@ -18,6 +18,13 @@ allows no script, no form, no outside image, and only this page's own style.  Th
 referrer is withheld, so a link followed from the chat does not carry the token out.
 An unknown, malformed and taken-back token get the same 404.  Only GET is routed:
 any other method gets 405.
+
+Anyone with a link may ask, without login, so each client address (the one uvicorn takes
+from HAProxy's X-Forwarded-For, as the login throttle does: ERNIE_TRUSTED_PROXIES) gets
+ERNIE_SHARED_REQUESTS_PER_MIN requests a minute to the pages and their QR codes, counted
+before any look-up, in each worker's memory (``app/auth/user_limits.LocalRate``); past it
+429 with Retry-After and a short page.  A page that reloads itself every 10 s asks 12 times
+a minute with its QR code, so the default serves 20 watchers behind one NAT.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import math
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
@@ -34,6 +42,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from markdown_it import MarkdownIt
 
+from app.auth.login_throttle import address_key
+from app.auth.user_limits import MINUTE_S, LocalRate, Rate
 from app.conversation.history import Conversation, Turn
 from app.kept.saved_chats import conversation_from_thread
 from app.pages import share_links, share_qr
@@ -143,13 +153,31 @@ def not_found_html(lang: str) -> str:
     return _page(lang, message, f"<h1>{escape(message)}</h1>")
 
 
-def install(public_url: str, model_of: Callable[[dict], str]) -> None:
+def too_many_html(lang: str, seconds: int) -> str:
+    message = text(lang, "share_too_many", seconds=seconds)
+    return _page(lang, message, f"<h1>{escape(message)}</h1>")
+
+
+def install(public_url: str, model_of: Callable[[dict], str], requests_per_min: int = 0) -> None:
     """Add the shared chats' routes to Chainlit's server (saved chats on); call at import time.
-    ``model_of``: the name of a saved chat's (a thread's) model."""
+    ``model_of``: the name of a saved chat's (a thread's) model; ``requests_per_min``: what
+    one client address may ask of them (0: no limit)."""
     from chainlit.data import get_data_layer
     from chainlit.server import app
 
     pages = Pages()
+    per_address = LocalRate(Rate(requests_per_min, MINUTE_S)) if requests_per_min else None
+
+    def refused(request: Request) -> Optional[HTMLResponse]:
+        """The 429 for an address past its requests, before anything is looked up."""
+        if per_address is None:
+            return None
+        wait_s = per_address.take(address_key((request.client or ("unknown",))[0]))
+        if not wait_s:
+            return None
+        seconds = max(1, math.ceil(wait_s))
+        return HTMLResponse(too_many_html(lang_of(request.headers.get("accept-language")), seconds),
+                            status_code=429, headers={**HEADERS, "retry-after": str(seconds)})
 
     async def found(token: str) -> Optional[tuple[share_links.Share, dict]]:
         layer = get_data_layer()
@@ -163,6 +191,9 @@ def install(public_url: str, model_of: Callable[[dict], str]) -> None:
 
     @app.get(share_links.PATH + "/{token}", include_in_schema=False)
     async def shared_page(token: str, request: Request) -> HTMLResponse:
+        refusal = refused(request)
+        if refusal is not None:
+            return refusal
         shared = await found(token)
         if shared is None:
             return not_found(request)
@@ -176,6 +207,9 @@ def install(public_url: str, model_of: Callable[[dict], str]) -> None:
 
     @app.get(share_links.qr_path("{token}"), include_in_schema=False)
     async def shared_qr(token: str, request: Request) -> Response:
+        refusal = refused(request)
+        if refusal is not None:
+            return refusal
         shared = await found(token)
         if shared is None:
             return not_found(request)

@@ -213,6 +213,7 @@ TEXTS: dict[str, str] = {
     "share_page_note": "A shared chat, read-only. It follows the chat: this page reloads "
                        "every {seconds} s.",
     "share_not_found": "No shared chat here: the link is wrong, or it was taken back.",
+    "share_too_many": "Too many requests for shared chats from your address: try again in {seconds} s.",
     "share_page_cut": "The {count} earlier exchanges of this long chat are not shown here.",
     "share_untitled": "Shared chat",
     "search_too_long": "The search is too long: at most {limit} characters. Search for a few "

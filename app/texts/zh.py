@@ -165,6 +165,7 @@ TEXTS: dict[str, str] = {
     "share_qr_alt": "本对话链接的二维码",
     "share_page_note": "共享的对话，只读。页面跟随对话，每 {seconds} 秒刷新一次。",
     "share_not_found": "这里没有共享的对话：链接有误，或已被收回。",
+    "share_too_many": "来自您的地址的共享对话请求过多：请 {seconds} 秒后再试。",
     "share_page_cut": "这段对话很长：此前的 {count} 轮交流未在此显示。",
     "share_untitled": "共享的对话",
     "search_too_long": "搜索内容太长：最多 {limit} 个字符。请只搜索对话中的几个词。",

@@ -39,5 +39,14 @@ class LimitSettings(BaseModel):
         1024, ge=0, description="Uploads are refused while they would leave less than this many "
         "MiB free on the disk that keeps them (the checkout's .files). 0: no floor.")
 
+    # A watcher's page reloads itself every 10 s and asks for its QR code each time: 12
+    # requests a minute. 240 serves 20 watchers behind one address (an office's NAT, a room's
+    # Wi-Fi), and one address costs a worker at most 4 look-ups a second.
+    shared_requests_per_min: int = Field(
+        240, ge=0, description="Requests one client address (an IPv4 address, an IPv6 /64) may "
+        "make per minute to shared chats' pages and their QR codes (/shared/...), counted by each "
+        "app worker on its own; past it the answer is 429 with Retry-After. A watcher's page "
+        "asks 12 times a minute. 0: no limit.")
+
     def problems(self) -> list[str]:
         return []

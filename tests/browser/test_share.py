@@ -152,3 +152,40 @@ def test_many_views_of_a_heavy_shared_chat_keep_other_users_served(sharing_app):
     # The latest exchanges, up to the page's bound; the earlier ones named, not rendered.
     assert "The 40 earlier exchanges of this long chat are not shown here." in answers[0].text
     assert len(waits) >= 3 and max(waits) < 1.0, waits
+
+
+def test_one_address_asking_for_shared_pages_in_a_burst_is_held_back_alone(sharing_app):
+    """Anyone with a link asks without login: a burst of GETs of a shared page and its QR code
+    from one address gets 429 with Retry-After past ERNIE_SHARED_REQUESTS_PER_MIN (its
+    default), while another address is still served. Each names its address in
+    X-Forwarded-For, which the app takes from this machine only (uvicorn's
+    forwarded_allow_ips, as from HAProxy)."""
+    url = sharing_app.app_url
+    link = run(heavy_shared_chat(str(sharing_app.chat_db), "alice", url, turns=1))
+    limit = sharing_app.shared_requests_per_min
+    attacker, other = {"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "198.51.100.9"}
+
+    async def burst() -> tuple[list[httpx.Response], float, list[httpx.Response]]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            started, answers = time.monotonic(), []
+            for wave in range(0, limit + 80, 20):
+                answers += await asyncio.gather(*(http.get(f"{link}/qr.svg" if i % 2 else link, headers=attacker)
+                                                  for i in range(wave, wave + 20)))
+            took_s = time.monotonic() - started
+            return answers, took_s, [await http.get(link, headers=other),
+                                     await http.get(f"{link}/qr.svg", headers=other)]
+    answers, took_s, others = asyncio.run(burst())
+    codes = [answer.status_code for answer in answers]
+    served = codes.count(200)
+    print(f"a burst of {len(codes)} GETs from one address in {took_s:.1f} s: {served} served, "
+          f"{codes.count(429)} refused (ERNIE_SHARED_REQUESTS_PER_MIN={limit}); another address: "
+          f"{[answer.status_code for answer in others]}")
+    assert set(codes) == {200, 429}, codes
+    # The whole minute at once, then it comes back evenly: a few more in the seconds the burst took.
+    assert limit <= served <= limit + took_s * limit / 60 + 1, (served, took_s)
+    refused = next(answer for answer in answers if answer.status_code == 429)
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert "Too many requests for shared chats from your address" in refused.text
+    assert "no-store" in refused.headers["cache-control"]
+    assert [answer.status_code for answer in others] == [200, 200]
+    assert "a heavy chat" in others[0].text

@@ -15,7 +15,7 @@ import pytest
 
 from app.pages import share_links, share_qr
 from app.conversation.history import Conversation, Turn
-from app.pages.share_page import POLICY, Pages, not_found_html, page_html, shown_turns
+from app.pages.share_page import POLICY, REFRESH_S, Pages, not_found_html, page_html, shown_turns, too_many_html
 from server.settings import load_settings
 from tests.support.settings import error_for
 from tests.support.share import decoded, owner_only_scenario, XSS
@@ -93,3 +93,14 @@ async def test_a_page_is_rendered_once_however_many_ask_for_it():
     await pages.get("v3", render)                   # v1 is the oldest of three: let go
     await pages.get("v1", render)
     assert len(rendered) == 4
+
+
+def test_too_many_requests_say_when_to_come_back_in_either_language():
+    assert "try again in 3 s" in too_many_html("en", 3)
+    assert "3 秒后再试" in too_many_html("zh", 3)
+    assert "<script" not in too_many_html("en", 3)
+
+
+def test_the_shared_pages_rate_serves_twenty_watchers_behind_one_address():
+    per_watcher = 2 * 60 / REFRESH_S  # the page and its QR code at every reload
+    assert load_settings().shared_requests_per_min == 20 * per_watcher

@@ -75,6 +75,26 @@ def test_a_row_is_forgotten_once_it_says_no_more_than_a_missing_one():
     assert states["messages:u"].updated == states["messages:u"].ready_at == pytest.approx(40.0)
 
 
+def test_a_local_rate_lets_a_burst_through_then_one_per_share_and_keys_do_not_share():
+    clock = [100.0]
+    rate = user_limits.LocalRate(Rate(240, 60.0), clock=lambda: clock[0])
+    assert [rate.take("addr:203.0.113.7") for _ in range(240)] == [0.0] * 240
+    assert rate.take("addr:203.0.113.7") == pytest.approx(0.25)  # refused, counted nowhere
+    assert rate.take("addr:203.0.113.8") == 0.0
+    clock[0] += 0.25
+    assert rate.take("addr:203.0.113.7") == 0.0 and rate.take("addr:203.0.113.7") > 0
+
+
+def test_a_local_rate_forgets_keys_whose_allowance_is_whole_again():
+    clock = [0.0]
+    rate = user_limits.LocalRate(Rate(1, 60.0), clock=lambda: clock[0])
+    for i in range(1023):
+        rate.take(f"addr:{i}")
+    clock[0] = 61.0
+    rate.take("addr:new")
+    assert list(rate.ready_at) == ["addr:new"] and rate.sweep_at == 1024
+
+
 def test_a_user_is_the_login_name_else_the_address():
     assert user_key("alice", "10.0.0.1") == "user:alice"
     assert user_key(None, "10.0.0.1") == "addr:10.0.0.1"
