@@ -4,7 +4,10 @@ It sends prompts of known token counts to ``/v1/completions`` with a fixed
 number in flight (a closed loop, like ``vllm bench serve --max-concurrency``
 with its default infinite request rate), times every streamed chunk and
 reports what a user of the server feels: TTFT, TPOT, ITL, end-to-end latency,
-throughput and goodput under SLOs.  Definitions are vLLM's (``lib.stats``),
+throughput and goodput under SLOs.  With ``--request-rate R [--burstiness B]`` the load
+is an open loop instead, with vLLM's meaning: requests arrive at R per second (gamma
+gaps, Poisson at B = 1, ``lib.arrivals``) whatever the server's pace, and
+``--concurrency`` is then vLLM's ``--max-concurrency`` (no limit when not given).  Definitions are vLLM's (``lib.stats``),
 so the two tools can be checked against each other (benchmarks/cpu-vs-vllm-bench.md).
 
 Plain completions, not chat, because their prompt is exactly the text sent:
@@ -22,10 +25,11 @@ machine that has vLLM but not our app environment; plots are drawn by
 ``--plot-only``).
 
 The parts, in the order a request meets them, in ``lib``: ``config`` (what is
-sent), ``target`` (the server), ``prompts`` (exact lengths), ``stream`` (one
-request on the wire), ``workers`` (the closed loop of a level), ``stats`` (the
-figures); here: ``run`` (levels of concurrency; ``processes`` when a level is
-shared over client processes) and ``report`` (table, files, plots).  This
+sent), ``target`` (the server), ``prompts`` (exact lengths), ``arrivals`` (the open
+loop's schedule), ``stream`` (one request on the wire), ``stats`` (the figures),
+``html_report`` (report.html's frame); here: ``workers`` (the closed or open loop of a
+level), ``run`` (levels of concurrency; ``processes`` when a level is shared over client
+processes) and ``report`` (table, files, plots, report.html).  This
 module is only the command line; ``--app-cost`` and ``--app-overhead`` are the
 chat package's (``chat.bench_modes``).
 """
@@ -40,7 +44,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from server.loadtest.bench.report import draw_plots, render, render_comparison, save, vllm_comparison
+from server.loadtest.bench.report import (draw_plots, html_report, render, render_comparison, save,
+                                          vllm_comparison)
 from server.loadtest.bench.run import BenchResult, run_bench
 from server.loadtest.lib.config import BenchError
 from server.loadtest.lib.load_args import add_load_arguments, engine_config, results_folder
@@ -50,7 +55,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench", help="load-test the engine (TTFT, TPOT, throughput, goodput)",
         description="Streaming load test against an OpenAI-compatible server: our engine "
-        "(ERNIE_ENGINE_URL / port) or --url. Writes bench.json, requests.csv and PNG plots.")
+        "(ERNIE_ENGINE_URL / port) or --url. Writes bench.json, requests.csv, PNG plots and report.html.")
     bench.add_argument("--url", help="server base URL (default: the engine of the settings)")
     bench.add_argument("--model", help="the model of the settings (its served name or its name "
                        "in ERNIE_MODELS): its engine is loaded; with --url, the served name to send "
@@ -63,10 +68,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "serve --dataset-name sharegpt --dataset-path prompts.json "
                        "--sharegpt-output-len N --disable-shuffle` sends the same load")
     bench.add_argument("--plot-only", type=Path, metavar="RESULT.json",
-                       help="draw the plots (and print the table) of a saved result; sends nothing")
+                       help="draw the plots and report.html (and print the table) of a saved result; "
+                       "sends nothing")
     bench.add_argument("--compare-vllm", type=Path, metavar="VLLM.json",
                        help="compare with a `vllm bench serve --save-result` JSON of the same load")
-    add_load_arguments(bench)
+    add_load_arguments(bench, open_loop=True)
     bench.set_defaults(func=cmd_bench)
     return bench
 
@@ -105,6 +111,7 @@ def show_saved(saved: dict, vllm: Optional[dict], args: argparse.Namespace) -> i
     print(render(result))
     if vllm is not None:
         print("\n" + render_comparison(vllm_comparison(result, vllm)))
-    for path in draw_plots(saved, args.out or args.plot_only.parent):
+    folder = args.out or args.plot_only.parent
+    for path in [*draw_plots(saved, folder), html_report(saved, folder)]:
         print(f"wrote {path}")
     return 0

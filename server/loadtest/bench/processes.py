@@ -13,6 +13,11 @@ what to send: its workers and their prompts, dealt as one process's workers woul
 It says on stderr when it is ready, and all start on one "go". Each times its requests from
 its "go", sends its records on stdout, and reports its CPU time. The level is then
 summarized from every record as if one process had sent them all.
+
+An open-loop level (``--request-rate``) is shared the same way: the schedule is drawn once,
+arrival ``i`` goes to process ``i mod K`` with its arrival second, and the slots of
+``--concurrency`` are shared as evenly as the workers are. Every process counts its
+arrivals from its own "go", which all receive within a few milliseconds: the common clock.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 from server.loadtest.lib.client_processes import ClientProcesses, child_main, even_shares, parent_line
 from server.loadtest.lib.config import BenchConfig, BenchError, Prompt
 from server.loadtest.lib.stats import RequestRecord
-from server.loadtest.bench.workers import run_workers
+from server.loadtest.bench.workers import run_arrivals, run_workers, scheduled
 from server.paths import ROOT
 from server.progress import StatusLine
 
@@ -49,21 +54,35 @@ def deal(prompts: list[Prompt], concurrency: int, processes: int) -> list[tuple[
     return out
 
 
+def deal_arrivals(todo: list[tuple[int, Prompt, float]], cap: int,
+                  processes: int) -> list[tuple[int, list[tuple[int, Prompt, float]]]]:
+    """Each process's (slots, [(index, prompt, arrival second)]) of an open-loop level:
+    arrivals dealt in turn, the ``cap`` slots shared evenly."""
+    if processes > min(cap, len(todo)):
+        raise BenchError(f"--processes {processes} is more than the {min(cap, len(todo))} requests "
+                         "that may be in flight at this level: each client process needs at least one.")
+    return [(slots, todo[k::processes]) for k, slots in enumerate(even_shares(cap, processes))]
+
+
 def spec(cfg: BenchConfig, model: str, concurrency: int, ignore_eos: bool, workers: int,
-         prompts: list[tuple[int, Prompt]]) -> str:
+         prompts: list[tuple]) -> str:
     """What one client process is told to send (its first line on stdin: the API key goes
     there, never on a command line)."""
     return json.dumps({"url": cfg.url, "api_key": cfg.api_key, "timeout_s": cfg.request_timeout_s,
                        "temperature": cfg.temperature, "top_p": cfg.top_p, "model": model,
                        "concurrency": concurrency, "ignore_eos": ignore_eos, "workers": workers,
-                       "prompts": [[i, p.text, p.prompt_tokens, p.max_tokens] for i, p in prompts]})
+                       "open_loop": cfg.open_loop,
+                       "prompts": [[i, p.text, p.prompt_tokens, p.max_tokens, *at] for i, p, *at in prompts]})
 
 
 async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurrency: int,
                     ignore_eos: bool, deadline: float,
                     status: StatusLine) -> tuple[list[RequestRecord], float, float]:
     """(every record, the level's seconds, the busiest client process's CPU seconds)."""
-    shares = deal(prompts, concurrency, cfg.processes)
+    if cfg.open_loop:
+        shares = deal_arrivals(scheduled(cfg, prompts), concurrency, cfg.processes)
+    else:
+        shares = deal(prompts, concurrency, cfg.processes)
     finished = [0] * len(shares)
 
     def progress(i: int, line: str) -> bool:
@@ -101,7 +120,7 @@ async def client() -> dict:
     cfg = BenchConfig(url=task["url"], api_key=task["api_key"], model=task["model"],
                       request_timeout_s=task["timeout_s"], temperature=task["temperature"],
                       top_p=task["top_p"])
-    todo = [(i, Prompt(text, tokens, max_tokens)) for i, text, tokens, max_tokens in task["prompts"]]
+    todo = [(i, Prompt(text, tokens, max_tokens), *at) for i, text, tokens, max_tokens, *at in task["prompts"]]
     print(READY, file=sys.stderr, flush=True)
     go = (await parent_line()).split()
     if go[:1] != ["go"]:
@@ -118,8 +137,12 @@ async def client() -> dict:
 
     teller = asyncio.create_task(tell())
     try:
-        await run_workers(cfg, task["model"], iter(todo), task["workers"], task["concurrency"],
-                          task["ignore_eos"], deadline, started, records)
+        if task.get("open_loop"):
+            await run_arrivals(cfg, task["model"], todo, task["workers"], task["concurrency"],
+                               task["ignore_eos"], deadline, started, records)
+        else:
+            await run_workers(cfg, task["model"], iter(todo), task["workers"], task["concurrency"],
+                              task["ignore_eos"], deadline, started, records)
     finally:
         teller.cancel()
     return {"records": [r.as_dict() for r in records], "cpu_s": time.process_time() - cpu_before}

@@ -1,8 +1,9 @@
-"""Results: the table a person reads, the files a program reads, and the plots.
+"""Results: the table a person reads, the files a program reads, the plots and the report.
 
 ``bench.json`` holds everything (``BenchResult.as_dict``), ``requests.csv`` one
 row per request, and the PNG plots are drawn from the saved JSON by ``plots``
-(lazily: a GPU machine without matplotlib still saves the JSON).
+(lazily: a GPU machine without matplotlib still saves the JSON). ``report.html``
+(``lib.html_report``) is built from the saved JSON too: the verdict, the figures, the plots.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 from typing import Optional
 
 from server.loadtest.bench.run import BenchResult
+from server.loadtest.lib.html_report import Report, number
 from server.loadtest.lib.stats import Distribution, percent_difference
 from server.loadtest.lib.target import mostly_cached
 
 CSV_FIELDS = ["concurrency", "index", "success", "prompt_tokens", "max_tokens", "output_tokens",
-              "output_tokens_from", "start_s", "ttft_ms", "tpot_ms", "e2e_ms", "itl_mean_ms",
+              "output_tokens_from", "arrival_s", "start_s", "ttft_ms", "tpot_ms", "e2e_ms", "itl_mean_ms",
               "finish_reason", "error"]
 
 
@@ -30,12 +32,36 @@ def trio(d: Distribution) -> str:
     return "/".join(one_decimal(v) for v in (d.mean, d.median, d.p99))
 
 
+def loop_text(params: dict) -> str:
+    """How the load was sent, in words: the closed loop or the open loop's rate."""
+    if not params.get("open_loop"):
+        return "closed loop: each level keeps --concurrency requests in flight"
+    cap = ("no limit on the requests in flight" if params.get("uncapped")
+           else "at most --concurrency in flight")
+    return (f"open loop: requests arrive at {params['request_rate']:g}/s (burstiness "
+            f"{params.get('burstiness')}, {'Poisson' if params.get('burstiness') == 1 else 'gamma'} "
+            f"arrivals), {cap}")
+
+
+def open_loop_lines(result: BenchResult) -> list[str]:
+    lines = []
+    for level in result.levels:
+        s = level.summary
+        if s.open_loop:
+            where = "" if result.params.get("uncapped") else f" at concurrency {level.concurrency}"
+            lines.append(f"request rate{where}: {s.request_rate:g}/s asked, "
+                         f"{one_decimal(s.achieved_request_rate)}/s achieved; mean inter-arrival "
+                         f"{one_decimal(s.mean_interarrival_ms)} ms, mean wait for a slot "
+                         f"{one_decimal(s.client_wait_ms_mean)} ms")
+    return lines
+
+
 def render(result: BenchResult) -> str:
     """One line per concurrency level, vLLM's figures in its units."""
     head = (f"{'conc':>5} {'done':>5} {'fail':>5} {'req/s':>7} {'out tok/s':>10} {'tot tok/s':>10} "
             f"{'goodput':>8} | {'TTFT ms mean/p50/p99':>22} | {'TPOT ms mean/p50/p99':>20} | "
             f"{'ITL ms mean/p50/p99':>20} | {'E2E ms mean/p50/p99':>24}")
-    lines = [head, "-" * len(head)]
+    lines = [loop_text(result.params), head, "-" * len(head)]
     for level in result.levels:
         s = level.summary
         lines.append(
@@ -45,6 +71,7 @@ def render(result: BenchResult) -> str:
             f"{trio(s.tpot_ms):>20} | {trio(s.itl_ms):>20} | {trio(s.e2e_ms):>24}")
     slo = result.levels[0].summary.slo.describe() if result.levels else ""
     lines.append(f"goodput: requests/s with {slo}")
+    lines += open_loop_lines(result)
     cached = {l.concurrency: l.summary.prefix_cache_hit_rate for l in result.levels}
     if any(rate is not None for rate in cached.values()):
         lines.append("prompt tokens served from the prefix cache: " + ", ".join(
@@ -81,6 +108,7 @@ def csv_row(record: dict) -> dict:
     return {**{k: record[k] for k in CSV_FIELDS if k in record},
             "ttft_ms": to_ms(record["ttft_s"]), "tpot_ms": to_ms(record["tpot_s"]),
             "e2e_ms": to_ms(record["e2e_s"]), "start_s": round(record["start_s"], 4),
+            "arrival_s": None if record.get("arrival_s") is None else round(record["arrival_s"], 4),
             "itl_mean_ms": to_ms(sum(itl) / len(itl)) if itl else None}
 
 
@@ -95,7 +123,81 @@ def save(result: BenchResult, out_dir: Path, plots: bool = True, out=print) -> l
         writer.writeheader()
         for level in result.levels:
             writer.writerows(csv_row(r) for r in level.records)
-    return [json_path, csv_path] + (draw_plots(saved, out_dir, out) if plots else [])
+    pngs = draw_plots(saved, out_dir, out) if plots else []
+    return [json_path, csv_path, *pngs, html_report(saved, out_dir)]
+
+
+PLOTS = ("latency-vs-throughput.png", "ttft-tpot-distributions.png")
+SLO_MET_SHARE = 0.99  # the report says an SLO is met where 99% of the requests meet it
+
+
+def verdict(result: BenchResult) -> tuple[str, bool]:
+    """The report's first line and whether it is good news: every request completed, and
+    with an SLO, the share of requests that met it at each level."""
+    levels = result.levels
+    if not levels:
+        return "No level ran (time limit reached before the first).", False
+    asked = sum(l.summary.requests + l.summary.not_sent for l in levels)
+    done = result.completed
+    ok = done == asked
+    parts = [f"{done} of {asked} requests completed"]
+    slo = levels[0].summary.slo
+    if slo.any:
+        shares = [(l, l.summary.goodput / l.summary.request_throughput
+                   if l.summary.request_throughput else 0.0) for l in levels]
+        met = all(share >= SLO_MET_SHARE for _, share in shares)
+        ok = ok and met
+        parts.append(f"SLO ({slo.describe()}) {'met' if met else 'NOT met'}: " + ", ".join(
+            f"{share:.0%} of requests within it at concurrency {l.concurrency}" for l, share in shares))
+    loop = levels[0].summary
+    if loop.open_loop:
+        parts.append(f"open loop at {loop.request_rate:g} req/s asked, "
+                     f"{number(loop.achieved_request_rate, 2)} achieved")
+    return "; ".join(parts) + ".", ok
+
+
+def html_report(saved: dict, out_dir: Path) -> Path:
+    """report.html of a result as saved in bench.json, with the plots found beside it."""
+    result = BenchResult.from_dict(saved)
+    text, ok = verdict(result)
+    params, target = result.params, result.target
+    load = params.get("load", {})
+    page = Report(f"bench: {target.get('model')} at {target.get('url')}", text, ok,
+                  f"started {result.started}")
+    page.facts("The run", [
+        ("how the load was sent", loop_text(params)),
+        ("model", target.get("model")), ("server", target.get("url")),
+        ("max_model_len", target.get("max_model_len")),
+        ("requests per level", load.get("num_prompts")),
+        ("prompt / reply tokens", f"{load.get('input_len')} / {load.get('output_len')} "
+                                  f"(range ratio {load.get('range_ratio')})"),
+        ("request rate asked", params.get("request_rate") if params.get("open_loop") else "inf (closed loop)"),
+        ("burstiness", params.get("burstiness") if params.get("open_loop") else "-"),
+        ("client processes", params.get("processes")), ("seed", load.get("seed")),
+        ("command", result.extra.get("command_line", "-"))])
+    page.table("Figures per level (times in ms: mean / p50 / p99)",
+               ["concurrency", "done", "failed", "not sent", "req/s", "out tok/s", "goodput",
+                "TTFT", "TPOT", "ITL", "E2E", "rate asked", "rate achieved",
+                "mean inter-arrival ms", "mean wait for a slot ms"],
+               [[l.concurrency if not params.get("uncapped") else f"{l.concurrency} (no cap)",
+                 l.summary.completed, l.summary.failed, l.summary.not_sent,
+                 number(l.summary.request_throughput, 2), number(l.summary.output_throughput),
+                 number(l.summary.goodput, 2), trio(l.summary.ttft_ms), trio(l.summary.tpot_ms),
+                 trio(l.summary.itl_ms), trio(l.summary.e2e_ms),
+                 "-" if l.summary.request_rate is None else f"{l.summary.request_rate:g}",
+                 number(l.summary.achieved_request_rate, 2), number(l.summary.mean_interarrival_ms),
+                 number(l.summary.client_wait_ms_mean)] for l in result.levels],
+               note=f"goodput: requests/s with {result.levels[0].summary.slo.describe()}"
+               if result.levels else "")
+    page.text("Warnings", [line for line in render(result).splitlines() if line.startswith("WARNING")],
+              warn=True)
+    errors = sorted({r.get("error") for l in result.levels for r in l.records if r.get("error")})
+    page.text("Errors (each kind once)", errors[:20], warn=True)
+    if result.extra.get("vllm_comparison"):
+        page.pre("Compared with vllm bench serve", render_comparison(result.extra["vllm_comparison"]))
+    page.images("Plots", [out_dir / name for name in PLOTS])
+    page.pre("The table as printed", render(result))
+    return page.write(out_dir)
 
 
 def draw_plots(saved: dict, out_dir: Path, out=print) -> list[Path]:

@@ -2,7 +2,10 @@
 
 A level is a closed loop (``workers``): ``concurrency`` workers each send one request
 after another until the level's prompts are used up or the time limit is reached, in
-this process or shared over several (``bench --processes``: ``processes``).
+this process or shared over several (``bench --processes``: ``processes``). With
+``--request-rate`` it is an open loop: the prompts arrive on a schedule (``lib.arrivals``,
+the same at every level, drawn from the load's seed) and each waits for one of
+``concurrency`` slots (none without --concurrency).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from server.loadtest.lib.arrivals import achieved_rate, mean_gap
 from server.loadtest.lib.config import BenchConfig, BenchError, Prompt
 from server.loadtest.lib.prompts import prepare, prompts_sharegpt
 from server.loadtest.lib.stats import LevelSummary, RequestRecord, summarize_level
 from server.loadtest.lib.stream import StreamConnection, completion_body, send
 from server.loadtest.lib.target import add_server_view, server_counters
-from server.loadtest.bench.workers import run_workers
+from server.loadtest.bench.workers import run_arrivals, run_workers, scheduled
 from server.progress import StatusLine
 
 WARMUP_MAX_TOKENS = 16
@@ -116,12 +120,30 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
 
     ticker = asyncio.create_task(tick())
     try:
-        await run_workers(cfg, model, iter(enumerate(prompts)), min(concurrency, len(prompts)),
-                          concurrency, ignore_eos, deadline, started, records)
+        if cfg.open_loop:
+            await run_arrivals(cfg, model, scheduled(cfg, prompts), concurrency, concurrency,
+                               ignore_eos, deadline, started, records)
+        else:
+            await run_workers(cfg, model, iter(enumerate(prompts)), min(concurrency, len(prompts)),
+                              concurrency, ignore_eos, deadline, started, records)
     finally:
         ticker.cancel()
         await asyncio.gather(ticker, return_exceptions=True)
     return records, time.perf_counter() - started
+
+
+def add_arrivals(summary: LevelSummary, records: list[RequestRecord], cfg: BenchConfig) -> None:
+    """The open loop's figures: the rate asked and achieved, the mean gap between arrivals
+    and how long requests waited for a slot, from the records' own times."""
+    if not cfg.open_loop:
+        return
+    arrivals = [r.arrival_s for r in records if r.arrival_s is not None]
+    waits = [r.start_s - r.arrival_s for r in records if r.arrival_s is not None]
+    gap = mean_gap(arrivals)
+    summary.request_rate, summary.burstiness = cfg.request_rate, cfg.burstiness
+    summary.achieved_request_rate = achieved_rate(arrivals)
+    summary.mean_interarrival_ms = None if gap is None else gap * 1000
+    summary.client_wait_ms_mean = sum(waits) / len(waits) * 1000 if waits else None
 
 
 async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = None) -> BenchResult:
@@ -168,6 +190,7 @@ async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = 
                                                 ignore_eos, deadline, status)
             cpu_s = time.process_time() - cpu_before
         summary = summarize_level(records, duration, cfg.slo)
+        add_arrivals(summary, records, cfg)
         add_server_view(summary, server_before, await server_counters(cfg))
         # A saturated client measures itself, not the server: say so in the result (with
         # several client processes, the busiest one's share of its core).

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from server.errors import LoadTestError
 from server.loadtest.lib.load_args import engine_config, results_folder
 
 
@@ -50,6 +51,9 @@ def cmd_app_modes(engine_bench: Callable[[argparse.Namespace], int], args: argpa
     if not (args.app_overhead or args.app_cost):
         return engine_bench(args)
     settings, cfg = engine_config(args)
+    if cfg.open_loop:
+        raise LoadTestError("--request-rate is the engine bench's: --app-overhead and --app-cost "
+                            "measure the app at fixed numbers of chats (--concurrency).")
     out_dir = results_folder(args.out)
     if args.app_overhead:
         from server.loadtest.chat import overhead

@@ -49,6 +49,16 @@ class BenchConfig:
     top_p: Optional[float] = None
     slo: Slo = field(default_factory=Slo)
     processes: int = 1  # client processes a level's requests are shared over (``bench.processes``)
+    # Open loop (bench --request-rate, ``lib.arrivals``): requests arrive at this rate whatever
+    # the server's pace; inf: the closed loop. Uncapped: no --concurrency was given, so nothing
+    # limits the requests in flight (each level's "concurrency" is then its number of prompts).
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    uncapped: bool = False
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate != math.inf
 
     @property
     def sampling(self) -> dict:
@@ -61,6 +71,10 @@ class BenchConfig:
         out = asdict(self)
         out["api_key"] = "<set>" if self.api_key else None  # results are shared; keys are not
         out["load"]["from_usage"] = str(self.load.from_usage) if self.load.from_usage else None
+        out["open_loop"] = self.open_loop
+        out["request_rate"] = self.request_rate if self.open_loop else None  # JSON has no inf
+        out["burstiness"] = None if not self.open_loop else (
+            self.burstiness if self.burstiness != math.inf else "inf")
         return out
 
 

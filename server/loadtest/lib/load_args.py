@@ -6,6 +6,7 @@ app), the :class:`BenchConfig` they make, and where a run's files go by default.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -31,11 +32,42 @@ def int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that describe the load; `tune` runs the same load at every point."""
+class Given(argparse.Action):
+    """Store the value and note that it was given (``args.<dest>_given``): --concurrency
+    means one thing by default and another with --request-rate."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def positive_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (or inf)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive (or inf)")
+    return value
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, open_loop: bool = False) -> None:
+    """The flags that describe the load; `tune` runs the same load at every point. With
+    ``open_loop`` (bench), also --request-rate and --burstiness."""
     load = parser.add_argument_group("load")
-    load.add_argument("--concurrency", type=int_list, default=(4,),
-                      help="requests in flight; a comma list sweeps (1,4,16). Default 4")
+    load.add_argument("--concurrency", type=int_list, default=(4,), action=Given,
+                      help="requests in flight; a comma list sweeps (1,4,16). Default 4; with "
+                           "--request-rate the most in flight (vLLM's --max-concurrency), "
+                           "default no limit")
+    if open_loop:
+        load.add_argument("--request-rate", type=positive_rate, default=math.inf, metavar="R",
+                          help="open loop: requests arrive at R per second whatever the server's "
+                               "pace, as `vllm bench serve --request-rate` (default inf: the "
+                               "closed loop of --concurrency)")
+        load.add_argument("--burstiness", type=positive_rate, default=1.0, metavar="B",
+                          help="with --request-rate: the gamma shape of the gaps between "
+                               "arrivals, as vLLM's (1: Poisson, default; below 1 burstier; "
+                               "inf: evenly spaced)")
     load.add_argument("--num-prompts", type=int, default=Load.num_prompts,
                       help=f"requests per concurrency level (default {Load.num_prompts})")
     load.add_argument("--input-len", type=int, default=Load.input_len,
@@ -82,19 +114,22 @@ def config_from_args(args: argparse.Namespace, settings, url: str, model: Option
         raise BenchError(f"--top-p must be in (0, 1] (got {args.top_p}).")
     if not 1 <= args.processes <= MAX_PROCESSES:
         raise BenchError(f"--processes must be between 1 and {MAX_PROCESSES} (got {args.processes}).")
-    if args.processes > min(args.concurrency):
-        raise BenchError(f"--processes {args.processes} is more than --concurrency {min(args.concurrency)}: "
+    rate, burstiness = getattr(args, "request_rate", math.inf), getattr(args, "burstiness", 1.0)
+    uncapped = rate != math.inf and not getattr(args, "concurrency_given", False)
+    concurrencies = (args.num_prompts,) if uncapped else args.concurrency
+    if args.processes > min(concurrencies):
+        raise BenchError(f"--processes {args.processes} is more than --concurrency {min(concurrencies)}: "
                          "each client process needs at least one request in flight.")
     return BenchConfig(
         url=api_root(url), api_key=key.value if key else None,
         api_key_from=key.source if key else "", model=model,
-        concurrencies=args.concurrency,
+        concurrencies=concurrencies,
         load=Load(args.num_prompts, args.input_len, args.output_len, args.range_ratio,
                   from_usage, args.seed),
         ignore_eos=args.ignore_eos, max_seconds=args.max_seconds,
         request_timeout_s=args.request_timeout_s, warmup=max(0, args.warmup),
         temperature=args.temperature, top_p=args.top_p, slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms),
-        processes=args.processes)
+        processes=args.processes, request_rate=rate, burstiness=burstiness, uncapped=uncapped)
 
 
 def served_model(settings, name: Optional[str]) -> ServedModel:

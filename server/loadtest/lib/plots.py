@@ -44,13 +44,23 @@ def latency_vs_throughput(result: dict, path: Path) -> Path:
         ax.set_title(f"{name} vs throughput")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"{result['target']['model']} at {result['target']['url']}")
+    fig.suptitle(f"{result['target']['model']} at {result['target']['url']}, {loop_title(result)}")
     return _save(fig, path)
+
+
+def loop_title(result: dict) -> str:
+    """Closed or open loop, as a plot's title says it (c= is the cap of an open loop)."""
+    params = result.get("params", {})
+    if not params.get("open_loop"):
+        return "closed loop (c = requests in flight)"
+    cap = "no cap" if params.get("uncapped") else "c = most in flight"
+    return f"open loop at {params['request_rate']:g} req/s, burstiness {params.get('burstiness')} ({cap})"
 
 
 def distributions(result: dict, path: Path) -> Path:
     """Histograms of TTFT and TPOT per concurrency level: the tails the means hide."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig.suptitle(loop_title(result), fontsize=10)
     for ax, key, name in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         series = [(level["concurrency"], [r[key] * MS for r in level["records"]
                                           if r["success"] and r[key] is not None])

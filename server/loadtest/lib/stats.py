@@ -30,7 +30,9 @@ MS = 1000.0
 
 @dataclass
 class RequestRecord:
-    """What one request did; times in seconds, ``start_s`` from the start of its run."""
+    """What one request did; times in seconds, ``start_s`` (sent) and ``arrival_s`` (released by
+    an open-loop schedule, before it waited for a slot; None in a closed loop) from the start
+    of its run."""
 
     index: int
     concurrency: int
@@ -45,6 +47,7 @@ class RequestRecord:
     output_tokens: int = 0
     output_tokens_from: str = "usage"  # or "chunks" when the server sent no usage
     finish_reason: Optional[str] = None
+    arrival_s: Optional[float] = None
 
     @property
     def tpot_s(self) -> Optional[float]:
@@ -138,10 +141,22 @@ class LevelSummary:
     spec_acceptance_length: Optional[float] = None  # tokens per drafting step
     client_cpu_fraction: float = 0.0
     not_sent: int = 0
+    # An open-loop level (bench --request-rate); all None in a closed loop.
+    request_rate: Optional[float] = None           # asked, requests/s
+    burstiness: Optional[float] = None
+    achieved_request_rate: Optional[float] = None  # arrivals / the last arrival's second
+    mean_interarrival_ms: Optional[float] = None
+    client_wait_ms_mean: Optional[float] = None    # arrival to sending: waiting for a slot
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["slo"]["text"] = self.slo.describe()
+        if self.burstiness == float("inf"):
+            out["burstiness"] = "inf"  # JSON has no infinity
         return out
 
     @classmethod
@@ -151,6 +166,8 @@ class LevelSummary:
         values = {k: v for k, v in data.items() if k in known}
         slo = data.get("slo") or {}
         values["slo"] = Slo(slo.get("ttft_ms"), slo.get("tpot_ms"))
+        if values.get("burstiness") == "inf":
+            values["burstiness"] = float("inf")
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             values[name] = Distribution(**(data.get(name) or {}))
         return cls(**values)

@@ -1,5 +1,5 @@
 """tune's results folder: tune.json, written after every point, read back by ``--resume``
-and ``--plot-only``, and the plot.
+and ``--plot-only``, the plot, and report.html (built from tune.json: the point chosen first).
 
 ``tune.json`` holds the sweep's header (what makes it the same sweep: model, device,
 load, repeats, the points' labels), every point's outcome with each run's summary and
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from server.loadtest.lib.html_report import Report
 from server.loadtest.sweep.choice import (Outcome, TuneError, plot_panels, plot_rows, render_table,
                                           shared_label)
 
@@ -64,7 +65,30 @@ def show(path: Path) -> list[Path]:
     print(render_table(outcomes, chosen))
     print("\n" + saved.get("explanation", ""))
     need = saved.get("need_max_model_len") or 0
-    return plot(outcomes, chosen, need, path.parent)
+    return plot(outcomes, chosen, need, path.parent) + [html_report(saved, path.parent)]
+
+
+def html_report(saved: dict, out_dir: Path) -> Path:
+    """report.html of a tune.json: the point chosen (and its settings) first, then why, the
+    table of every point and tune.png."""
+    outcomes = [Outcome.from_dict(p) for p in saved.get("points", [])]
+    index = saved.get("chosen")
+    chosen = outcomes[index] if index is not None and index < len(outcomes) else None
+    if chosen is not None:
+        env = " ".join(f"{k}={'' if v is None else v}" for k, v in (saved.get("chosen_env") or {}).items())
+        text, ok = f"Point chosen: {chosen.point.label}" + (f" ({env})" if env else ""), True
+    else:
+        text, ok = "No point chosen" + (f": {saved['explanation']}" if saved.get("explanation") else ""), False
+    page = Report("tune: the engine's settings", text, ok, f"finished {saved.get('finished', '-')}")
+    page.facts("The sweep", [(key, saved.get(key)) for key in ("model", "device", "repeats")
+                             if key in saved] + [
+        ("tokens the choice must serve", saved.get("need_max_model_len")),
+        ("because", saved.get("need_source")), ("points", len(outcomes)),
+        ("command", saved.get("command_line"))])
+    page.text("Why", (saved.get("explanation") or "").splitlines())
+    page.pre("Every point", render_table(outcomes, chosen))
+    page.images("Plot", [out_dir / "tune.png"])
+    return page.write(out_dir)
 
 
 def plot(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, out_dir: Path) -> list[Path]:
@@ -80,9 +104,10 @@ def plot(outcomes: list[Outcome], chosen: Optional[Outcome], need: int, out_dir:
 
 def write_final(out_dir: Path, header: dict, outcomes: list[Outcome], chosen: Optional[Outcome],
                 need: int, need_source: str, explanation: str) -> list[Path]:
-    """tune.json with the choice, and tune.png."""
-    paths = [write(out_dir, header, outcomes, {
+    """tune.json with the choice, tune.png and report.html."""
+    path = write(out_dir, header, outcomes, {
         "need_max_model_len": need, "need_source": need_source,
         "chosen": outcomes.index(chosen) if chosen else None,
-        "chosen_env": chosen.point.env_values() if chosen else None, "explanation": explanation})]
-    return paths + plot(outcomes, chosen, need, out_dir)
+        "chosen_env": chosen.point.env_values() if chosen else None, "explanation": explanation})
+    pngs = plot(outcomes, chosen, need, out_dir)
+    return [path, *pngs, html_report(json.loads(path.read_text(encoding="utf-8")), out_dir)]

@@ -34,6 +34,7 @@ from typing import Optional
 from server.engine_key import engine_key
 from server.errors import LoadTestError
 from server.loadtest.lib.chat_socket import read_prompts
+from server.loadtest.lib.html_report import Report
 from server.loadtest.lib.load_args import add_model_argument, chat_profile, results_folder, served_model
 from server.loadtest.users import report as user_report
 from server.loadtest.users.chats import PATHS, Target
@@ -170,6 +171,32 @@ def run(target: Target, objective: Objective, base: UserModel, prompts: list[str
     return result
 
 
+def html_report(result: dict, out_dir: Path) -> Path:
+    """report.html of a capacity.json: the users found first, then every step and the plot."""
+    objective = result["objective"]
+    page = Report(f"capacity through the {result['through']}", result["answer"],
+                  result["users_within"] > 0, str(result.get("url", "")))
+    model = result.get("user_model", {})
+    page.facts("The search", [
+        ("users within the objective", result["users_within"]),
+        ("objective", f"TTFT p99 <= {objective['ttft_p99_ms']:g} ms and >= "
+                      f"{objective['tokens_per_s']:g} tokens/s per user (p10)"),
+        ("through", result["through"]), ("address", result.get("url")),
+        ("think s", model.get("think_s")), ("ramp s", model.get("ramp_s")),
+        ("step (send window) s", model.get("window_s")), ("seed", model.get("seed")),
+        ("client processes", result.get("client_processes"))])
+    fmt = lambda v, d=0: "-" if v is None else f"{v:.{d}f}"
+    page.table("Every step", ["users", "TTFT p50 ms", "TTFT p99 ms", "tokens/s per user p10", "p50",
+                              "replies/s", "errors", "tries", "result"],
+               [[r["users"], fmt(r["ttft_ms_p50"]), fmt(r["ttft_ms_p99"]),
+                 fmt(r["user_tokens_per_s_p10"], 1), fmt(r["user_tokens_per_s_p50"], 1),
+                 fmt(r["replies_per_s"], 2), r["errors"], r.get("tries", 1),
+                 "pass" if r["pass"] else f"FAIL: {r['why']}"]
+                for r in sorted(result["steps"], key=lambda r: r["users"])])
+    page.images("Plot", [out_dir / "capacity.png"])
+    return page.write(out_dir)
+
+
 # --- the command line ---------------------------------------------------------------
 
 def add_parser(sub) -> None:
@@ -178,7 +205,7 @@ def add_parser(sub) -> None:
         description="Steady-state runs of simulated users (arrive over --ramp-s, then send, read "
         "the whole reply, think, send again for --step-s), doubling the number of users, then "
         "bisecting, to find the most that stay within the objective. Prints a table, the "
-        "answer, and writes capacity.json and capacity.png.")
+        "answer, and writes capacity.json, capacity.png and report.html.")
     cap.add_argument("--through", choices=PATHS, default="app",
                      help="the app's websocket (as browsers) or the engine's OpenAI API directly")
     cap.add_argument("--url", help="default: the app or the engine of the settings")
@@ -238,5 +265,5 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     from server.loadtest.lib import plots
     png = plots.capacity(result["steps"], result["objective"],
                          f"capacity through the {args.through}", out_dir / "capacity.png")
-    print(f"wrote {path}\nwrote {png}", file=sys.stdout)
+    print(f"wrote {path}\nwrote {png}\nwrote {html_report(result, out_dir)}", file=sys.stdout)
     return 0 if result["users_within"] > 0 else 1

@@ -22,7 +22,7 @@ from server.loadtest.lib.kills import Kill, KillError, find, parse_kill, run_kil
 from server.loadtest.lib.load_args import results_folder
 from server.loadtest.users import processes as user_processes
 from server.loadtest.users.chats import Target, chat_factory
-from server.loadtest.users.model import UserModel, run_users
+from server.loadtest.users.model import UserModel, UsersError, run_users
 from server.loadtest.users.report import result_of
 from server.loadtest.users.stats import live
 from server.progress import StatusLine
@@ -64,7 +64,7 @@ def add_user_arguments(parser) -> None:
     users = parser.add_argument_group(
         "users instead of one burst (--users): each arrives during the ramp, opens a chat and "
         "sends --turns messages, thinking between a reply and the next; writes summary.json, "
-        "replies.csv, seconds.csv and timeline.png")
+        "replies.csv, seconds.csv, timeline.png and report.html")
     users.add_argument("--users", type=int, help="simulated users (at most 1000)")
     users.add_argument("--turns", type=int, default=3,
                        help="messages per user (default 3; 0: until --duration-s)")
@@ -72,6 +72,10 @@ def add_user_arguments(parser) -> None:
                        help="mean pause after a reply, drawn from 0.5-1.5x (default 5)")
     users.add_argument("--ramp-s", type=float, default=10.0,
                        help="the users arrive evenly over this long (default 10)")
+    users.add_argument("--arrival-rate", type=float, metavar="R",
+                       help="the users arrive as a Poisson process of R users per second "
+                            "(seeded by --seed) instead of evenly over --ramp-s; the last arrives "
+                            "at USERS/R s, which is then the ramp (the steady state starts there)")
     users.add_argument("--duration-s", type=float,
                        help="send window: no message after this many seconds (default: none)")
     users.add_argument("--reply-timeout-s", type=float, default=300.0,
@@ -97,8 +101,13 @@ def kill_argument(text: str) -> Kill:
 
 
 def user_model(args, users: int) -> UserModel:
-    return UserModel(users=users, turns=args.turns, think_s=args.think_s, ramp_s=args.ramp_s,
-                     window_s=args.duration_s, reply_timeout_s=args.reply_timeout_s, seed=args.seed)
+    rate = getattr(args, "arrival_rate", None)
+    if rate is not None and not rate > 0:
+        raise UsersError(f"--arrival-rate must be a positive number of users per second (got {rate:g}).")
+    ramp_s = users / rate if rate is not None else args.ramp_s
+    return UserModel(users=users, turns=args.turns, think_s=args.think_s, ramp_s=ramp_s,
+                     window_s=args.duration_s, reply_timeout_s=args.reply_timeout_s, seed=args.seed,
+                     arrival_rate=rate)
 
 
 def cmd_users(args, url: str, prompts: list[str], cookie: str = "", chat_profile: str = "") -> int:

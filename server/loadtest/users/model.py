@@ -2,7 +2,9 @@
 
 A burst (``qa-load --sessions N``) asks N questions at the same instant; a crowd
 does not.  Here each simulated user arrives at its moment of the ramp
-(``ramp_s / users`` apart), opens a chat, and then, turn after turn, sends a
+(``ramp_s / users`` apart), or, with an arrival rate (``qa-load --arrival-rate``), as a
+Poisson process seeded by ``seed`` (``lib.arrivals``: exponential gaps, rescaled so that
+the last user arrives at ``users / rate``, which is then the ramp), opens a chat, and then, turn after turn, sends a
 message, reads the whole reply and thinks (uniformly 0.5-1.5 x ``think_s``)
 before the next one, in the same chat, so the history grows as a person's does.
 A user leaves after ``turns`` messages, or when the send window
@@ -20,13 +22,16 @@ how ``capacity`` compares the two.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Awaitable, Callable, Optional
 
 from server.errors import LoadTestError
+from server.loadtest.lib.arrivals import arrival_times
 from server.loadtest.users.chats import Chat, Reply
 
 # A typo (100000) must not open tens of thousands of sockets from a tester's machine. One
@@ -50,6 +55,7 @@ class UserModel:
     window_s: Optional[float] = None  # no message is sent after this many seconds
     reply_timeout_s: float = 300.0  # for opening the chat, and for each whole reply
     seed: int = 0
+    arrival_rate: Optional[float] = None  # users per second, Poisson; ramp_s is then users / rate
 
     def check(self) -> None:
         if not 1 <= self.users <= MAX_USERS:
@@ -57,6 +63,9 @@ class UserModel:
         if self.turns < 0 or self.think_s < 0 or self.ramp_s < 0 or self.reply_timeout_s <= 0:
             raise UsersError("--turns, --think-s and --ramp-s must not be negative, and the "
                              "reply timeout must be positive.")
+        if self.arrival_rate is not None and not 0 < self.arrival_rate < math.inf:
+            raise UsersError(f"--arrival-rate must be a positive number of users per second "
+                             f"(got {self.arrival_rate:g}).")
         if self.turns == 0 and self.window_s is None:
             raise UsersError("Users without a number of turns need a send window (--duration-s).")
         if self.window_s is not None and self.window_s <= self.ramp_s:
@@ -64,7 +73,16 @@ class UserModel:
                              f"({self.ramp_s:g}): the users would still be arriving.")
 
     def arrival_s(self, user: int) -> float:
+        if self.arrival_rate is not None:
+            return self.poisson_arrivals[user]
         return self.ramp_s * user / self.users
+
+    @cached_property
+    def poisson_arrivals(self) -> list[float]:
+        """Every user's arrival second with ``arrival_rate`` (the same in every client process:
+        drawn from the seed)."""
+        return arrival_times(self.users, self.arrival_rate, 1.0,
+                             random.Random(f"arrivals {self.seed}"))
 
     def think(self, rng: random.Random) -> float:
         return self.think_s * rng.uniform(0.5, 1.5)

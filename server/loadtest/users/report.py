@@ -1,4 +1,5 @@
-"""What a user-model run leaves: a text verdict, CSV per reply and per second, JSON, a plot."""
+"""What a user-model run leaves: a text verdict, CSV per reply and per second, JSON, a plot,
+and report.html (built from the JSON: the verdict first)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from server.loadtest.lib.chat_record import SessionRecord, count_crossed
+from server.loadtest.lib.html_report import Report
 from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersRun
 from server.loadtest.users.stats import per_second, summarize_users
 
@@ -27,7 +29,8 @@ def result_from(model: UserModel, users: list[UserRecord], replies: list[ReplyRe
     return {"kind": "ernie-chat qa-load users", "url": url, "through": through,
             "model": {"users": model.users, "turns": model.turns, "think_s": model.think_s,
                       "ramp_s": model.ramp_s, "window_s": model.window_s,
-                      "reply_timeout_s": model.reply_timeout_s, "seed": model.seed},
+                      "reply_timeout_s": model.reply_timeout_s, "seed": model.seed,
+                      "arrival_rate": model.arrival_rate},
             "summary": summary,
             "seconds": per_second(users, replies, wall_s),
             "users": [vars(u) for u in users],
@@ -44,9 +47,11 @@ def render(result: dict) -> str:
     turns = f"{m['turns']} turns" if m["turns"] else "turns until the window closes"
     window = f", send window {m['window_s']:g} s" if m["window_s"] is not None else ""
     crossed = "n/a (direct to the engine)" if s["crossed"] is None else s["crossed"]
+    arriving = (f"arriving over {m['ramp_s']:g} s" if m.get("arrival_rate") is None else
+                f"arriving as a Poisson process of {m['arrival_rate']:g}/s (the last at {m['ramp_s']:.1f} s)")
     lines = [
         f"{s['users']} users through the {result['through']} at {result['url']}: {turns}, think "
-        f"{m['think_s']:g} s, arriving over {m['ramp_s']:g} s{window}; {s['wall_s']:.1f} s in all",
+        f"{m['think_s']:g} s, {arriving}{window}; {s['wall_s']:.1f} s in all",
         f"  chats opened {s['opened']}/{s['users']}   messages {s['messages']}   complete replies "
         f"{s['complete']}   refused {s['refused']}   lost {s['lost']}   crossed {crossed}   "
         f"incomplete {s['incomplete']}   "
@@ -83,4 +88,38 @@ def save(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
         title = (f"{result['summary']['users']} users through the {result['through']} "
                  f"({'PASS' if result['summary']['ok'] else 'FAIL'})")
         paths.append(plotting.timeline(result["seconds"], title, out_dir / "timeline.png"))
-    return paths
+    return paths + [html_report(result, out_dir)]
+
+
+def html_report(result: dict, out_dir: Path) -> Path:
+    """report.html of a summary.json: PASS or FAIL and why, the run, its figures, the timeline."""
+    s, m = result["summary"], result["model"]
+    st = s["steady"]
+    problems = [f"{s[k]} {k}" for k in ("refused", "lost", "incomplete", "errors") if s.get(k)]
+    if s.get("crossed"):
+        problems.append(f"{s['crossed']} crossed")
+    verdict = (f"{'PASS' if s['ok'] else 'FAIL'}: {s['users']} users, {s['complete']} complete "
+               f"replies of {s['messages']} messages" + (f"; {', '.join(problems)}" if problems else ""))
+    arriving = (f"evenly over {m['ramp_s']:g} s" if m.get("arrival_rate") is None else
+                f"Poisson, {m['arrival_rate']:g} users/s (the last at {m['ramp_s']:.1f} s)")
+    page = Report(f"qa-load: {s['users']} users through the {result['through']}", verdict, s["ok"],
+                  str(result.get("url", "")))
+    page.facts("The run", [("through", result["through"]), ("address", result.get("url")),
+                           ("users", s["users"]), ("arrivals", arriving),
+                           ("turns", m["turns"] or "until the send window closes"),
+                           ("think s", m["think_s"]), ("send window s", m.get("window_s")),
+                           ("seed", m.get("seed")), ("wall s", fmt(s["wall_s"], 1))])
+    page.table("Outcomes", ["chats opened", "messages", "complete", "refused", "lost", "crossed",
+                            "incomplete", "errors"],
+               [[f"{s['opened']}/{s['users']}", s["messages"], s["complete"], s["refused"], s["lost"],
+                 "n/a" if s["crossed"] is None else s["crossed"], s["incomplete"], s["errors"]]])
+    page.table(f"Steady state ({fmt(st['from_s'])}-{fmt(st['to_s'])} s)",
+               ["replies", "TTFT p50 ms", "TTFT p99 ms", "tokens/s per user p10", "p50",
+                "replies/s", "tokens/s"],
+               [[st["replies"], fmt(st["ttft_ms_p50"]), fmt(st["ttft_ms_p99"]),
+                 fmt(st["user_tokens_per_s_p10"], 1), fmt(st["user_tokens_per_s_p50"], 1),
+                 fmt(st["replies_per_s"], 2), fmt(st["tokens_per_s"])]])
+    page.text("Errors", [f"{n} x {reason}" for reason, n in s["error_reasons"].items()], warn=True)
+    page.images("Timeline", [out_dir / "timeline.png"])
+    page.pre("As printed", render(result))
+    return page.write(out_dir)
