@@ -227,3 +227,28 @@ def test_app_overhead_reports_its_figures(engine, tmp_path):
     assert all(x["tokens"] == 32 for x in result["samples"])
     assert s["tokens_per_s_ratio"] > 0 and s["added_ttft_ms_p50"] is not None
     assert code == (0 if s["meets_targets"] else 1)
+
+
+def test_an_open_loop_run_keeps_its_request_rate_and_writes_the_report(engine, tmp_path, capsys):
+    """--request-rate: requests arrive as a Poisson process whatever the engine's pace."""
+    settings, _ = engine
+    assert bench("--url", settings.engine_base_url, "--request-rate", "20", "--num-prompts", "40",
+                 "--input-len", "16", "--output-len", "4", "--out", str(tmp_path)) == 0
+    printed = capsys.readouterr().out
+    assert "open loop: requests arrive at 20/s" in printed
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["params"]["open_loop"] and result["params"]["uncapped"]
+    level = result["levels"][0]
+    records, s = level["records"], level["summary"]
+    assert len(records) == 40 and all(r["success"] for r in records), [r["error"] for r in records]
+    arrived = sorted(r["arrival_s"] for r in records)
+    gap = (arrived[-1] - arrived[0]) / 39
+    assert gap == pytest.approx(1 / 20, rel=0.10)
+    assert all(r["start_s"] >= r["arrival_s"] for r in records)  # no cap: sent on arrival
+    assert s["request_rate"] == 20 and s["mean_interarrival_ms"] == pytest.approx(gap * 1000)
+    assert s["achieved_request_rate"] == pytest.approx(20, rel=0.10)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "open loop at 20 req/s asked" in html and "40 of 40 requests completed" in html
+    assert html.count("data:image/png;base64,") == 2
+    assert not any(f'{attr}="{scheme}' in html for attr in ("src", "href") for scheme in ("http", "//"))
+    assert "<script" not in html

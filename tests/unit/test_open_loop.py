@@ -263,3 +263,11 @@ def test_users_arrive_as_a_seeded_poisson_process_and_the_last_ends_the_ramp():
     assert [even.arrival_s(u) for u in range(4)] == [0.0, 2.0, 4.0, 6.0]
     with pytest.raises(UsersError, match="--arrival-rate must be a positive"):
         user_model(parser.parse_args(["--users", "4", "--arrival-rate", "0"]), 4)
+
+
+def test_the_status_line_names_an_open_level_by_its_rate():
+    from server.loadtest.bench.run import level_name, progress_text
+    assert level_name(config.BenchConfig(url="u", request_rate=4.0, uncapped=True), 400) == "4 req/s"
+    assert level_name(config.BenchConfig(url="u", request_rate=4.0), 8) == "4 req/s (at most 8 in flight)"
+    assert progress_text([], 10, 8, name=level_name(config.BenchConfig(url="u"), 8)).startswith(
+        "concurrency 8 [")

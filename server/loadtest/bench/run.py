@@ -97,12 +97,20 @@ async def warm_up(conn: StreamConnection, cfg: BenchConfig, model: str,
 
 # --- one concurrency level ----------------------------------------------------------
 
-def progress_text(records: list[RequestRecord], total: int, concurrency: int, width: int = 20) -> str:
+def level_name(cfg: BenchConfig, concurrency: int) -> str:
+    """A level as the status line names it: its concurrency, or its rate and cap."""
+    if not cfg.open_loop:
+        return f"concurrency {concurrency}"
+    return f"{cfg.request_rate:g} req/s" + ("" if cfg.uncapped else f" (at most {concurrency} in flight)")
+
+
+def progress_text(records: list[RequestRecord], total: int, concurrency: int, width: int = 20,
+                  name: str = "") -> str:
     finished = [r for r in records if r.success or r.error]
     filled = round(width * len(finished) / total) if total else width
     failed = sum(1 for r in finished if not r.success)
     tokens = sum(r.output_tokens for r in finished)
-    return (f"concurrency {concurrency} [{'#' * filled}{'.' * (width - filled)}] "
+    return (f"{name or f'concurrency {concurrency}'} [{'#' * filled}{'.' * (width - filled)}] "
             f"{len(finished)}/{total}  {tokens} tokens" + (f"  {failed} failed" if failed else ""))
 
 
@@ -115,7 +123,8 @@ async def run_level(cfg: BenchConfig, model: str, prompts: list[Prompt], concurr
 
     async def tick() -> None:
         while True:
-            status.update(progress_text(records, len(prompts), concurrency))
+            status.update(progress_text(records, len(prompts), concurrency,
+                                        name=level_name(cfg, concurrency)))
             await asyncio.sleep(0.5)
 
     ticker = asyncio.create_task(tick())
@@ -196,7 +205,8 @@ async def run_bench(cfg: BenchConfig, out=print, prompts_file: Optional[Path] = 
         # several client processes, the busiest one's share of its core).
         summary.client_cpu_fraction = cpu_s / duration
         summary.not_sent = cfg.load.num_prompts - len(records)
-        status.done(progress_text(records, cfg.load.num_prompts, concurrency) + f" in {duration:.1f} s"
+        status.done(progress_text(records, cfg.load.num_prompts, concurrency,
+                                  name=level_name(cfg, concurrency)) + f" in {duration:.1f} s"
                     + (f" from {cfg.processes} client processes" if cfg.processes > 1 else ""))
         results.append(Level(concurrency, summary, [r.as_dict() for r in records]))
     return BenchResult(started, {"url": cfg.url, "model": model, "max_model_len": max_model_len},

@@ -28,7 +28,7 @@ th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right} th{background:#
 td:first-child,th:first-child{text-align:left} dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}
 dt{font-weight:600} dd{margin:0} img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
-.warn{color:#8a4b00}
+.warn{color:#8a4b00} .wide{overflow-x:auto}
 """
 
 
@@ -58,7 +58,8 @@ class Report:
         head = "".join(f"<th>{esc(h)}</th>" for h in headers)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
         after = f'<p class="sub">{esc(note)}</p>' if note else ""
-        self.parts.append(f"<h2>{esc(heading)}</h2><table><tr>{head}</tr>{body}</table>{after}")
+        self.parts.append(f'<h2>{esc(heading)}</h2><div class="wide"><table><tr>{head}</tr>{body}'
+                          f"</table></div>{after}")
         return self
 
     def text(self, heading: str, lines: Iterable[str], warn: bool = False) -> "Report":
