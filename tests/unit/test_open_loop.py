@@ -271,3 +271,15 @@ def test_the_status_line_names_an_open_level_by_its_rate():
     assert level_name(config.BenchConfig(url="u", request_rate=4.0), 8) == "4 req/s (at most 8 in flight)"
     assert progress_text([], 10, 8, name=level_name(config.BenchConfig(url="u"), 8)).startswith(
         "concurrency 8 [")
+
+
+def test_qa_load_refuses_an_arrival_rate_for_a_burst(capsys):
+    from server import cli
+    assert cli.main(["qa-load", "--sessions", "5", "--arrival-rate", "2"]) == 2
+    assert "--arrival-rate spaces the arrivals of --users N" in capsys.readouterr().err
+
+
+def test_the_app_modes_of_bench_refuse_a_request_rate(capsys):
+    from server import cli
+    assert cli.main(["bench", "--app-cost", "--url", "http://127.0.0.1:9", "--request-rate", "2"]) == 2
+    assert "--request-rate is the engine bench's" in capsys.readouterr().err

@@ -235,6 +235,9 @@ def add_parser(sub) -> None:
 
 def cmd_qa_load(args: argparse.Namespace) -> int:
     try:
+        if args.arrival_rate is not None and args.users is None:
+            raise QaLoadError("--arrival-rate spaces the arrivals of --users N: a burst (--sessions) "
+                              "asks in every chat at once. Give --users.")
         from server.settings import load_settings
         settings = load_settings()
         url = (args.url or settings.app_url).rstrip("/")
