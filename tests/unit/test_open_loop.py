@@ -283,3 +283,23 @@ def test_the_app_modes_of_bench_refuse_a_request_rate(capsys):
     from server import cli
     assert cli.main(["bench", "--app-cost", "--url", "http://127.0.0.1:9", "--request-rate", "2"]) == 2
     assert "--request-rate is the engine bench's" in capsys.readouterr().err
+
+
+async def test_an_open_level_from_two_client_processes_keeps_one_schedule(stub):
+    """bench --request-rate --processes 2, for real (python -m ...), against the stub: every
+    arrival is sent once, at its second of the common schedule."""
+    from server.loadtest.bench import processes as bench_processes
+    from server.loadtest.bench.workers import scheduled
+    from server.progress import StatusLine
+    stub["delay"] = 0.2
+    cfg = config.BenchConfig(url=stub["url"], request_rate=20.0, burstiness=math.inf, uncapped=True,
+                             processes=2, request_timeout_s=10)
+    prompts = [config.Prompt(f"p{i}", 3, 2) for i in range(10)]
+    records, duration, cpu_s = await bench_processes.run_level(
+        cfg, "m", prompts, 10, True, time.monotonic() + 60, StatusLine("test"))
+    assert sorted(r.index for r in records) == list(range(10)) and all(r.success for r in records)
+    planned = {i: t for i, _, t in scheduled(cfg, prompts)}
+    # Each process counts from its own "go": they all get it within a few milliseconds.
+    assert all(abs(r.arrival_s - planned[r.index]) < 0.1 for r in records), [
+        (r.index, r.arrival_s, planned[r.index]) for r in records]
+    assert stub["most"] >= 3 and duration > 0.5 and cpu_s >= 0
