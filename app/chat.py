@@ -23,8 +23,7 @@ import chainlit as cl
 import app.web.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
 import app.wiring  # noqa: F401  (the routes, middlewares, login and saved chats, before any chat)
 from app import chat_metrics, commands
-from app.conversation import regenerate, switcher
-from app.conversation.admission import admitted
+from app.conversation import admission, regenerate, switcher
 from app.conversation.answer import answer, clean_text, reply_text, with_attachments
 from app.conversation.chat_settings import MAX_SEED, BadSeed, apply, restored
 from app.conversation.chat_state import engine_model, max_reply_budget, send_panel, start_session, use_params
@@ -107,14 +106,18 @@ async def on_message(message: cl.Message) -> None:
         await show_error(text(lang(), "empty"), "empty")
         return
     message.content = clean_text(message.content)  # a command's text too
-    if await commands.run(message.content, lambda typed: with_attachments(message, typed)):
-        return
-    if not await admitted():
-        return
-    user_text = await with_attachments(message, message.content)
-    if user_text is not None:
-        too_long = "too_long_files" if message.elements else "too_long"
-        await answer(message.id, user_text, reply_store(), too_long)
+    command = commands.command_of(message.content)
+    ask = commands.ask_of(command) if command else admission.message_ask(message.content)
+    async with admission.admitted(ask) as admitted:  # a command too: it counts as a message
+        if not admitted:
+            return
+        if command:
+            await commands.run(command, lambda typed: with_attachments(message, typed))
+            return
+        user_text = await with_attachments(message, message.content)
+        if user_text is not None:
+            too_long = "too_long_files" if message.elements else "too_long"
+            await answer(message.id, user_text, reply_store(), too_long)
 
 
 @cl.action_callback(regenerate.ACTION)
@@ -124,11 +127,16 @@ async def on_regenerate(action: cl.Action) -> None:
         return
     cl.user_session.set("asked_at", time.perf_counter())
     await regenerate.withdraw()
-    if not await admitted():
-        await regenerate.offer(lang())
-        return
-    await switcher.clear_after(asked[0])  # the new reply takes the old one's place, as an edit's does
-    session_tasks.start_stoppable(lambda: answer(*asked, reply_store()))
+
+    async def regenerated() -> None:
+        # Admitted in the task itself: what it holds comes back however the task ends.
+        async with admission.admitted(admission.message_ask(asked[1])) as admitted:
+            if not admitted:
+                await regenerate.offer(lang())
+                return
+            await switcher.clear_after(asked[0])  # the new reply takes the old one's place, as an edit's does
+            await answer(*asked, reply_store())
+    session_tasks.start_stoppable(regenerated)
 
 
 @cl.action_callback(switcher.ACTION)

@@ -38,13 +38,13 @@ ERRORS = Counter(f"{PREFIX}_errors", "Errors the chat showed, by kind (app.engin
 LOGINS_FAILED = Counter(f"{PREFIX}_logins_failed", "Login attempts refused: a wrong name or password "
                         "(password), refused unchecked after too many failures (throttled), or a provider sign-in "
                         "outside the allowed groups or domains (provider_refused).", ["reason"])
-LIMITS_HIT = Counter(f"{PREFIX}_limits_hit", "Messages a limit refused: messages, tokens (per user) or busy "
-                    "(the engine's queue).", ["limit"])
+LIMITS_HIT = Counter(f"{PREFIX}_limits_hit", "Messages a limit refused: messages, tokens, replies (per user) "
+                    "or busy (the engine's queue).", ["limit"])
 # Each known label at 0 from the start: Prometheus's increase() takes a series' first sample
 # as its start, so a count born at 1 (the first failed login) would show no increase at all.
 for _reason in ("password", "throttled", "provider_refused"):
     LOGINS_FAILED.labels(reason=_reason)
-for _limit in ("messages", "tokens", "busy"):
+for _limit in ("messages", "tokens", "replies", "busy"):
     LIMITS_HIT.labels(limit=_limit)
 CONTINUED = Counter(f"{PREFIX}_replies_continued", "Replies that went on on another engine (or the "
                     "restarted one) after theirs stopped under them.")
@@ -85,8 +85,8 @@ def login_failed(reason: str) -> None:
 
 
 def limit_hit(limit: str) -> None:
-    """A limit refused a message; ``limit`` names which: messages, tokens, or busy (the engine's
-    queue past ERNIE_BUSY_QUEUE)."""
+    """A limit refused a message; ``limit`` names which: messages, tokens, replies (at once), or
+    busy (the engine's queue past ERNIE_BUSY_QUEUE)."""
     LIMITS_HIT.labels(limit=limit).inc()
 
 

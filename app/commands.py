@@ -1,17 +1,20 @@
 """The chat's commands, typed as a message: ``/status`` (the engine's KV use and queue),
 ``/export`` (the chat as Markdown and JSON), ``/share`` and ``/unshare`` (a read-only link),
 ``/compare <question>`` (every served model at once, side by side).  None of them enters the
-model's history."""
+model's history.  Each counts as a message for its user's limits, admitted before it runs
+(app/chat.py): ``/compare`` as a reply per model (:func:`ask_of`), the others as a message only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
 import chainlit as cl
 from chainlit.data import get_data_layer
 
 from app.conversation import compare, export
-from app.conversation.admission import admitted, spend_tokens
+from app.conversation.admission import COMMAND, Ask, reply_ask, spend_tokens
+from app.conversation.prompt_budget import SLACK_PER_MESSAGE, text_bound
 from app.conversation.notices import lang, login_name, notice, say_error, show_error
 from app.engine import server_info
 from app.pages import live_page, share_links, share_qr
@@ -24,21 +27,43 @@ COMPARE_COMMAND = "/compare"
 SHARE_COMMAND, UNSHARE_COMMAND = "/share", "/unshare"
 
 
-async def run(content: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> bool:
-    """Carry out the command ``content`` is; False when it is none, for the model to answer.
-    ``with_files``: a text with the message's attached files' text (None when one is refused)."""
+@dataclass(frozen=True)
+class Command:
+    name: str
+    question: str = ""  # /compare's
+
+
+def command_of(content: str) -> Optional[Command]:
+    """The command ``content`` is; None when it is none, for the model to answer."""
     typed = content.strip()
-    if typed == STATUS_COMMAND:
+    if typed in (STATUS_COMMAND, EXPORT_COMMAND, SHARE_COMMAND, UNSHARE_COMMAND):
+        return Command(typed)
+    if (question := compare.question_of(content, COMPARE_COMMAND)) is not None:
+        return Command(COMPARE_COMMAND, question)
+    return None
+
+
+def ask_of(command: Command) -> Ask:
+    """What admitting ``command`` takes: ``/compare`` a reply per served model, with their tokens
+    reserved (unless it is refused for what it asks); any other a message's count only."""
+    if command.name != COMPARE_COMMAND or _compare_refusal(command.question):
+        return COMMAND
+    system = cl.user_session.get("params").system_prompt
+    prompt = text_bound([{"content": system}, {"content": command.question}], SLACK_PER_MESSAGE)
+    return reply_ask(prompt, replies=len(ENGINES.all))
+
+
+async def run(command: Command, with_files: Callable[[str], Awaitable[Optional[str]]]) -> None:
+    """Carry out ``command``, once admitted.  ``with_files``: a text with the message's attached
+    files' text (None when one is refused)."""
+    if command.name == STATUS_COMMAND:
         await show_status()
-    elif typed == EXPORT_COMMAND:
+    elif command.name == EXPORT_COMMAND:
         await send_export()
-    elif typed in (SHARE_COMMAND, UNSHARE_COMMAND):
-        await share_chat(typed == SHARE_COMMAND)
-    elif (question := compare.question_of(content, COMPARE_COMMAND)) is not None:
-        await compare_models(question, with_files)
+    elif command.name in (SHARE_COMMAND, UNSHARE_COMMAND):
+        await share_chat(command.name == SHARE_COMMAND)
     else:
-        return False
-    return True
+        await compare_models(command.question, with_files)
 
 
 async def show_status() -> None:
@@ -56,14 +81,18 @@ async def show_status() -> None:
 
 async def compare_models(question: str, with_files: Callable[[str], Awaitable[Optional[str]]]) -> None:
     """``/compare``: the question, with the files attached to it, to every served model at once,
-    side by side (app/conversation/compare.py); one message for the user's limits, each model's tokens on
-    their day."""
-    if refused := compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND):
+    side by side (app/conversation/compare.py); one message for the user's limits, each model's
+    tokens settled against what it reserved."""
+    if refused := _compare_refusal(question):
         await notice(refused, "compare_refused")
-    elif await admitted() and (asked := await with_files(question)) is not None:
+    elif (asked := await with_files(question)) is not None:
         await compare.run(question, compare.Job(
             ENGINES.all, HTTP, SETTINGS, cl.user_session.get("params"), lang(), COMPARE_COMMAND,
             spend_tokens, login_name(), cl.user_session.get("asked_at")), asked)
+
+
+def _compare_refusal(question: str) -> Optional[str]:
+    return compare.refusal(lang(), question, ENGINES.several, COMPARE_COMMAND)
 
 
 async def send_export() -> None:

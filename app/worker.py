@@ -7,7 +7,7 @@ import logging
 
 import httpx
 
-from app.auth.user_limits import Limits, UserLimits
+from app.auth.user_limits import Limits, RepliesAtOnce, UserLimits
 from app.engine import engine_client as ec
 from app.engine import model_choice, server_info
 from app.engine.busy import BusyGauge
@@ -32,3 +32,5 @@ ENGINES = model_choice.Engines(SETTINGS, ec.make_client, lambda view: (
 _LIMITS = Limits.from_settings(SETTINGS.user_messages_per_min, SETTINGS.user_tokens_per_day)
 # Counted in the store every worker shares (app/auth/user_limits.py); None when no limit is set.
 LIMITS = UserLimits(open_store(SETTINGS.chat_db, SETTINGS.auth_db), _LIMITS) if _LIMITS.on else None
+# Each user's replies running at once in this worker (ERNIE_REPLIES_PER_USER).
+REPLIES = RepliesAtOnce(SETTINGS.replies_per_user)

@@ -1,4 +1,5 @@
-"""Fair shares: messages per minute and tokens per day for each user, across all app workers.
+"""Fair shares: messages per minute and tokens per day for each user, across all app workers;
+and replies at once for each user, in this worker.
 
 A user is the login name when login is on, else the client's address (one key per IPv4
 address or IPv6 /64, as the login throttle counts them: ``app/auth/login_throttle.address_key``).
@@ -8,12 +9,20 @@ moment its allowance would be whole again if the user stopped now (``ready_at``)
 ``cost`` units pushes it ``cost x period / amount`` seconds on; something fits while that
 moment stays within one ``period`` of now.  So a user may spend the whole allowance at
 once and it comes back evenly over the period: a sliding window without storing each
-message.  Tokens are known only once a reply ends, so a message needs one token of room
-to start and its tokens are spent after it; one reply can overshoot the day by its length.
+message.
+
+A reply's tokens are known only once it ends, so admitting a message reserves what it may
+spend (:func:`reservation`: its prompt's estimate plus the reply's most tokens, never more
+than the day, so a small day still admits one message), and the reply then settles the
+reservation against what it really spent: the rest given back, more taken (:class:`Held`).
+Ten messages sent at once thus cannot all start on the room of one.  A command (``/status``
+...) is counted as a message and reserves nothing.
 
 The numbers live in the store the login throttle uses (``server/auth_store.py``: the
 SQLite file every worker opens, or the PostgreSQL chat database), in a table of their
 own, changed in one locked transaction per message: several workers count one user once.
+Replies at once (:class:`RepliesAtOnce`) are counted in the worker itself: a reply lives in
+one worker, and a count in the shared store would outlive a worker killed mid-reply.
 Pure math here with the time passed in; ``UserLimits`` is the thin I/O around it.
 ``LocalRate`` counts the same way in one worker's memory, for what is cheap enough that a
 shared store would cost more than it guards (the shared chats' pages per address).
@@ -89,25 +98,87 @@ def _set(states: dict[str, KeyState], key: str, ready_at: float) -> None:
     states[key] = KeyState(updated=ready_at, ready_at=ready_at)
 
 
-def admit(states: dict[str, KeyState], limits: Limits, user: str, now: float) -> Optional[Refusal]:
-    """Count a new message of ``user``, or refuse it (counting nothing) with the limit that
-    holds it back longest."""
-    checks = [(name, rate, f"{name}:{user}") for name, rate in ((MESSAGES, limits.messages),
-                                                              (TOKENS, limits.tokens)) if rate]
-    waits = [(rate.wait_s(_ready_at(states, key), now), name, rate) for name, rate, key in checks]
+def reservation(prompt_tokens: int, reply_tokens: int, window: int, day: Optional[Rate],
+                replies: int = 1) -> int:
+    """The tokens a message reserves from its user's day: ``replies`` replies (``/compare``: one
+    per model) of a prompt of about ``prompt_tokens`` and at most ``reply_tokens``, each within
+    the model's ``window``; never more than the day's amount, so a small day still admits one
+    message.  0 without a day's limit."""
+    if day is None:
+        return 0
+    one = min(max(0, prompt_tokens) + max(0, reply_tokens), window)
+    return max(1, min(one * max(1, replies), day.amount))
+
+
+def admit(states: dict[str, KeyState], limits: Limits, user: str, now: float,
+          tokens: int = 0) -> Optional[Refusal]:
+    """Count a new message of ``user`` and reserve ``tokens`` of its day (0: a command, which
+    needs no room), or refuse it (counting and reserving nothing) with the limit that holds it
+    back longest."""
+    checks = [(name, rate, f"{name}:{user}", cost) for name, rate, cost in (
+        (MESSAGES, limits.messages, 1), (TOKENS, limits.tokens, tokens)) if rate and cost > 0]
+    waits = [(rate.wait_s(_ready_at(states, key), now, cost), name, rate) for name, rate, key, cost in checks]
     longest = max(waits, default=None, key=lambda wait: wait[0])
     if longest is not None and longest[0] > 0:
         wait_s, name, rate = longest
         return Refusal(name, rate.amount, wait_s)
-    if limits.messages:
-        key = f"{MESSAGES}:{user}"
-        _set(states, key, limits.messages.spent(_ready_at(states, key), now, 1))
+    for _, rate, key, cost in checks:
+        _set(states, key, rate.spent(_ready_at(states, key), now, cost))
     return None
 
 
 def spend_tokens(states: dict[str, KeyState], rate: Rate, user: str, tokens: int, now: float) -> None:
+    """``tokens`` more on the user's day; a negative number gives that many back (a reservation
+    not spent).  Given back, the day never holds more than its whole amount: a moment past is
+    as good as now."""
     key = f"{TOKENS}:{user}"
-    _set(states, key, rate.spent(_ready_at(states, key), now, tokens))
+    ready_at = _ready_at(states, key)
+    if tokens >= 0:
+        _set(states, key, rate.spent(ready_at, now, tokens))
+    else:
+        _set(states, key, ready_at + tokens * rate.period_s / rate.amount)
+
+
+@dataclass
+class Held:
+    """The tokens one admitted message reserved and its replies have not yet spent."""
+
+    tokens: int = 0
+
+    def cover(self, spent: int) -> int:
+        """A reply spent ``spent`` tokens: the reservation covers what it can; the rest, to be
+        taken from the day now, is returned."""
+        covered = min(self.tokens, max(0, spent))
+        self.tokens -= covered
+        return max(0, spent) - covered
+
+    def release(self) -> int:
+        """The message is done: what its replies left of the reservation, to be given back."""
+        left, self.tokens = self.tokens, 0
+        return left
+
+
+class RepliesAtOnce:
+    """Replies running at once per user in this worker, at most ``cap`` (0: no cap)."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.running: dict[str, int] = {}
+
+    def take(self, user: str) -> bool:
+        """One more reply of ``user`` starts; False (and nothing taken) at the cap."""
+        if self.cap and self.running.get(user, 0) >= self.cap:
+            return False
+        self.running[user] = self.running.get(user, 0) + 1
+        return True
+
+    def give(self, user: str) -> None:
+        """One of ``user``'s replies ended."""
+        left = self.running.get(user, 0) - 1
+        if left > 0:
+            self.running[user] = left
+        else:
+            self.running.pop(user, None)
 
 
 class LocalRate:
@@ -139,14 +210,16 @@ class UserLimits:
     def __init__(self, store: AuthStore, limits: Limits, clock: Callable[[], float] = time.time):
         self.store, self.limits, self.clock = store, limits, clock
 
-    async def admit(self, user: str) -> Optional[Refusal]:
+    async def admit(self, user: str, tokens: int = 0) -> Optional[Refusal]:
+        """Count a message of ``user`` and reserve ``tokens`` of its day, or refuse it."""
         now = self.clock()
         keys = [f"{name}:{user}" for name in (MESSAGES, TOKENS)]
-        return await self.store.update_keys(keys, lambda states: admit(states, self.limits, user, now),
-                                            now, LIMIT_KEYS)
+        return await self.store.update_keys(
+            keys, lambda states: admit(states, self.limits, user, now, tokens), now, LIMIT_KEYS)
 
     async def spend_tokens(self, user: str, tokens: int) -> None:
-        if self.limits.tokens is None or tokens <= 0:
+        """``tokens`` more on ``user``'s day; negative: given back."""
+        if self.limits.tokens is None or tokens == 0:
             return
         now, rate = self.clock(), self.limits.tokens
         await self.store.update_keys([f"{TOKENS}:{user}"],

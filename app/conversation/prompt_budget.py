@@ -114,6 +114,15 @@ class PromptBudget:
         self.exact_fits += 1
         return self.remember(await fit(conversation, new_user, count, max_model_len, max_tokens))
 
+    def estimate(self, conversation: Conversation, new_user: str) -> int:
+        """About how many tokens the prompt for ``new_user`` takes, asking nothing: the last
+        prompt grown by what came since, else the bytes of its text (a token is at least a
+        byte), for the reservation of the user's tokens (app/conversation/admission.py)."""
+        keep_from = self.known.keep_from if self.known else 0
+        messages = conversation.messages(new_user, keep_from=keep_from)
+        grown = grown_bound(self.known, messages, SLACK_PER_MESSAGE)
+        return grown if grown is not None else text_bound(messages, SLACK_PER_MESSAGE)
+
     def remember(self, fitted: FittedRequest) -> FittedRequest:
         self.known = Known(fitted.messages, fitted.prompt_tokens, fitted.dropped_turns)
         return fitted

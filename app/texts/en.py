@@ -165,6 +165,8 @@ TEXTS: dict[str, str] = {
                       "may. Try again in {when}.",
     "limit_tokens": "⏳ You have used the {amount} tokens one user may use in 24 hours. Try "
                     "again in {when}.",
+    "limit_replies": "⏳ You already have {amount} replies being written, as many as one user may "
+                     "have at once. Send this again when one has finished, or stop one.",
     "busy_wait": "⏳ Busy: {ahead} ahead of you, about {when}. Your reply starts when its "
                  "turn comes.",
     "busy_refused": "⏳ Busy: {ahead} ahead of you, about {when}. Please try again then.",

@@ -122,6 +122,7 @@ TEXTS: dict[str, str] = {
     "oidc_provider_sign_out": "在登录服务处退出（以便换一个账号）",
     "limit_messages": "⏳ 您一分钟内已发送 {amount} 条消息，已达每位用户的上限。请在{when}后重试。",
     "limit_tokens": "⏳ 您已用完每位用户 24 小时内可用的 {amount} 个 token。请在{when}后重试。",
+    "limit_replies": "⏳ 您已有 {amount} 条回复正在生成，已达每位用户可同时生成的上限。请等其中一条完成或停止后再发送。",
     "busy_wait": "⏳ 繁忙：您前面有 {ahead} 个请求，大约需要{when}。轮到时回复会自动开始。",
     "busy_refused": "⏳ 繁忙：您前面有 {ahead} 个请求，大约需要{when}。请届时再试。",
     "when_s": " {n} 秒",

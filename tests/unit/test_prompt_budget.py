@@ -14,7 +14,8 @@ import math
 import pytest
 
 from app.conversation.history import Conversation, fit
-from app.conversation.prompt_budget import PromptBudget, Template, first_bound, grown_bound, text_bound
+from app.conversation.prompt_budget import (SLACK_PER_MESSAGE, PromptBudget, Template, first_bound, grown_bound,
+                                            text_bound)
 
 PER_MESSAGE, AT_END = 3, 2
 
@@ -120,3 +121,18 @@ def test_the_bound_holds_only_for_a_prompt_that_grew_from_the_known_one():
     assert grown_bound(known, [{"role": "user", "content": "other"}], 5) is None
     assert grown_bound(None, grown, 5) is None
     assert first_bound(grown, Template(5, 7)) == 7 + (2 + 5) + (6 + 5) + (2 + 5)
+
+
+async def test_the_estimate_for_a_reservation_asks_nothing_and_grows_from_the_last_prompt():
+    """What admission reserves for a prompt (app/conversation/admission.py): its text's bytes at
+    first, then the last exact prompt plus what came since; never a /tokenize call."""
+    count, budget, conversation = HalfBytes(), PromptBudget({}), Conversation("Be brief.")
+    first = budget.estimate(conversation, "héllo")
+    assert first == len("Be brief.") + len("héllo".encode()) + 2 * SLACK_PER_MESSAGE
+    assert first >= await HalfBytes()(conversation.messages("héllo"))
+    async for _ in chat(budget, count, conversation, [("héllo", "an answer")], 4096, 64):
+        pass
+    calls = count.calls
+    later = budget.estimate(conversation, "and more")
+    assert later == budget.known.tokens + len("an answer") + len("and more") + 2 * SLACK_PER_MESSAGE
+    assert later >= await HalfBytes()(conversation.messages("and more")) and count.calls == calls

@@ -1,4 +1,5 @@
-"""Per-user limits and the busy answer: the window math, and the shared store across workers.
+"""Per-user limits and the busy answer: the window math, the tokens reserved at admission and
+settled after, the replies at once, and the shared store across workers.
 
 The math is pure (time passed in); the store tests use the real SQLite file that several
 app workers share (``server/auth_store.py``), opened twice as two workers would.
@@ -12,7 +13,8 @@ from collections import deque
 import pytest
 
 from app.auth import user_limits
-from app.auth.user_limits import DAY_S, Limits, Rate, Refusal, UserLimits, admit, spend_tokens, user_key
+from app.auth.user_limits import (DAY_S, Held, Limits, Rate, Refusal, RepliesAtOnce, UserLimits, admit, reservation,
+                                  spend_tokens, user_key)
 from app.engine import busy
 from app.texts import duration
 from server.auth_store import SqliteStore
@@ -45,23 +47,97 @@ def test_a_refused_message_counts_nowhere_and_users_do_not_share():
     assert admit(states, limits, "a", 60.0) is None
 
 
-def test_tokens_a_day_are_spent_after_the_reply_and_come_back_evenly():
+def test_tokens_a_day_are_reserved_at_admission_and_come_back_evenly():
     rate = Rate(1000, DAY_S)
     limits, states = Limits(None, rate), {}
-    assert admit(states, limits, "u", 0.0) is None
-    spend_tokens(states, rate, "u", 1000, 0.0)  # the whole day's tokens
-    refused = admit(states, limits, "u", 0.0)
+    assert admit(states, limits, "u", 0.0, tokens=1000) is None  # the whole day's tokens reserved
+    refused = admit(states, limits, "u", 0.0, tokens=1)
     assert refused.limit == "tokens" and refused.retry_after_s == pytest.approx(DAY_S / 1000)
-    assert admit(states, limits, "u", DAY_S / 1000) is None  # room for one token again
-    spend_tokens(states, rate, "u", 500, DAY_S / 1000)  # overshoots by one reply: then waits longer
-    assert admit(states, limits, "u", DAY_S / 1000).retry_after_s == pytest.approx(DAY_S / 2)
+    assert admit(states, limits, "u", DAY_S / 1000, tokens=1) is None  # room for one token again
+    # A reply that ran over its reservation by 500: the next waits for those too.
+    spend_tokens(states, rate, "u", 500, DAY_S / 1000)
+    assert admit(states, limits, "u", DAY_S / 1000, tokens=1).retry_after_s == pytest.approx(DAY_S / 2 + DAY_S / 1000)
+
+
+def test_a_reservation_needs_room_for_all_of_it_and_a_refusal_reserves_nothing():
+    limits, states = Limits(None, Rate(50, DAY_S)), {}
+    answers = [admit(states, limits, "u", 0.0, tokens=50) for _ in range(10)]  # ten sent at once
+    assert answers[0] is None and all(a is not None and a.limit == "tokens" for a in answers[1:])
+    assert all(a.retry_after_s == pytest.approx(DAY_S) for a in answers[1:])  # nothing more was taken
+    # Half the day's room back (12 h later): a reservation of 30 still waits, one of 25 fits.
+    assert admit(states, limits, "u", DAY_S / 2, tokens=30).retry_after_s == pytest.approx(5 * DAY_S / 50)
+    assert admit(states, limits, "u", DAY_S / 2, tokens=25) is None
+
+
+def test_a_command_reserves_no_tokens_and_needs_no_room():
+    limits, states = Limits.from_settings(3, 50), {}
+    assert admit(states, limits, "u", 0.0, tokens=50) is None
+    assert admit(states, limits, "u", 0.0, tokens=0) is None  # a command: counted as a message only
+    assert admit(states, limits, "u", 0.0, tokens=1).limit == "tokens"
+    assert admit(states, limits, "u", 0.0, tokens=0) is None
+    assert admit(states, limits, "u", 0.0, tokens=0).limit == "messages"  # the fourth message
+
+
+def test_the_reservation_is_the_prompt_and_the_longest_reply_within_the_window_and_the_day():
+    day = Rate(200_000, DAY_S)
+    assert reservation(300, 512, 4096, day) == 812
+    assert reservation(9_000, 512, 4096, day) == 4096  # a prompt never outgrows the window
+    assert reservation(300, 512, 4096, day, replies=3) == 3 * 812  # /compare: a reply per model
+    assert reservation(300, 512, 4096, Rate(50, DAY_S)) == 50  # a small day still admits a message
+    assert reservation(0, 0, 4096, day) == 1
+    assert reservation(300, 512, 4096, None) == 0  # no day's limit: nothing to reserve
+
+
+def test_a_reservation_is_settled_against_what_the_replies_spent():
+    rate = Rate(1000, DAY_S)
+    states, per_token = {}, DAY_S / 1000
+
+    def reserve(tokens: int) -> Held:
+        assert admit(states, Limits(None, rate), "u", 0.0, tokens=tokens) is None
+        return Held(tokens)
+
+    def settle(held: Held, spent: int) -> None:  # as app/conversation/admission.py does
+        if more := held.cover(spent):
+            spend_tokens(states, rate, "u", more, 0.0)
+        spend_tokens(states, rate, "u", -held.release(), 0.0)
+
+    settle(reserve(600), 100)  # 500 given back
+    assert states["tokens:u"].ready_at == pytest.approx(100 * per_token)
+    settle(reserve(300), 450)  # 150 more taken
+    assert states["tokens:u"].ready_at == pytest.approx(550 * per_token)
+    settle(reserve(50), 0)  # a reply that never came: all of it back
+    assert states["tokens:u"].ready_at == pytest.approx(550 * per_token)
+    held = reserve(400)  # /compare: two replies from one reservation
+    assert (held.cover(150), held.cover(300)) == (0, 50)
+    assert held.release() == 0 and held.release() == 0
+
+
+def test_given_back_the_day_is_never_more_than_whole():
+    rate, states = Rate(100, DAY_S), {}
+    spend_tokens(states, rate, "u", 10, 0.0)
+    spend_tokens(states, rate, "u", -60, 0.0)  # more back than the row holds: a moment past
+    assert admit(states, Limits(None, rate), "u", 0.0, tokens=100) is None
+    assert admit(states, Limits(None, rate), "u", 0.0, tokens=1).limit == "tokens"
+
+
+def test_replies_at_once_are_capped_per_user_and_come_back():
+    replies = RepliesAtOnce(2)
+    assert [replies.take("a") for _ in range(3)] == [True, True, False]
+    assert replies.take("b")  # another user is another count
+    replies.give("a")
+    assert replies.take("a") and not replies.take("a")
+    for _ in range(2):
+        replies.give("a")
+    replies.give("b")
+    assert replies.running == {}  # nothing kept for users with none running
+    assert all(RepliesAtOnce(0).take("a") for _ in range(100))  # 0: no cap
 
 
 def test_the_limit_that_holds_longest_is_the_one_named():
     limits, states = Limits.from_settings(10, 100), {}
-    assert admit(states, limits, "u", 0.0) is None
+    assert admit(states, limits, "u", 0.0, tokens=1) is None
     spend_tokens(states, limits.tokens, "u", 200, 0.0)
-    assert admit(states, limits, "u", 0.0).limit == "tokens"
+    assert admit(states, limits, "u", 0.0, tokens=1).limit == "tokens"
 
 
 def test_limits_off_admit_everything():
@@ -168,8 +244,10 @@ def test_tokens_spent_on_one_worker_hold_on_the_other(tmp_path):
     limits, clock = Limits.from_settings(0, 100), lambda: 1000.0
     one, other = (UserLimits(SqliteStore(tmp_path / "auth.db"), limits, clock) for _ in range(2))
     asyncio.run(one.spend_tokens("user:bob", 150))
-    refused = asyncio.run(other.admit("user:bob"))
-    assert refused.limit == "tokens" and refused.retry_after_s == pytest.approx(DAY_S / 2 + DAY_S / 100)  # and one token
+    refused = asyncio.run(other.admit("user:bob", tokens=10))
+    assert refused.limit == "tokens" and refused.retry_after_s == pytest.approx(DAY_S / 2 + DAY_S / 10)
+    asyncio.run(one.spend_tokens("user:bob", -100))  # given back on one worker: room on the other
+    assert asyncio.run(other.admit("user:bob", tokens=10)) is None
 
 
 def test_the_login_throttle_and_the_limits_keep_their_own_rows(tmp_path):
