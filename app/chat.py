@@ -31,7 +31,7 @@ from app.conversation.history import Conversation
 from app.conversation.notices import lang, notice, notices_after, say_error, show_error
 from app.conversation.personas import persona, profiles
 from app.engine import server_info
-from app.kept import carry_over, saved_chats
+from app.kept import admitted_steps, carry_over, saved_chats
 from app.kept.stores import CHAT_FILES, remember, reply_store
 from app.pages import live_page
 from app.texts import lang_of, text
@@ -101,23 +101,26 @@ async def on_message(message: cl.Message) -> None:
     cl.user_session.set("task", asyncio.current_task())
     cl.user_session.set("asked_at", time.perf_counter())  # for the usage log's stamps
     chat_metrics.message_received()
-    await regenerate.withdraw()
-    if not message.content.strip() and not message.elements:
-        await show_error(text(lang(), "empty"), "empty")
-        return
-    message.content = clean_text(message.content)  # a command's text too
-    command = commands.command_of(message.content)
-    ask = commands.ask_of(command) if command else admission.message_ask(message.content)
-    async with admission.admitted(ask) as admitted:  # a command too: it counts as a message
-        if not admitted:
+    # Saved (and making the chat) only once admitted, a command too (app/kept/admitted_steps.py).
+    with admitted_steps.deciding(message.id) as decision:
+        await regenerate.withdraw()
+        if not message.content.strip() and not message.elements:
+            await show_error(text(lang(), "empty"), "empty", saved=False)  # nor is the message
             return
-        if command:
-            await commands.run(command, lambda typed: with_attachments(message, typed))
-            return
-        user_text = await with_attachments(message, message.content)
-        if user_text is not None:
-            too_long = "too_long_files" if message.elements else "too_long"
-            await answer(message.id, user_text, reply_store(), too_long)
+        message.content = clean_text(message.content)  # a command's text too
+        command = commands.command_of(message.content)
+        ask = commands.ask_of(command) if command else admission.message_ask(message.content)
+        async with admission.admitted(ask) as admitted:
+            if not admitted:
+                return
+            decision.keep(message.content)
+            if command:
+                await commands.run(command, lambda typed: with_attachments(message, typed))
+                return
+            user_text = await with_attachments(message, message.content)
+            if user_text is not None:
+                too_long = "too_long_files" if message.elements else "too_long"
+                await answer(message.id, user_text, reply_store(), too_long)
 
 
 @cl.action_callback(regenerate.ACTION)

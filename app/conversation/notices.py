@@ -20,8 +20,12 @@ def lang() -> str:
     return lang_of(cl.context.session.language)
 
 
-async def notice(content: str, kind: str = "notice", **metadata) -> None:
-    await cl.Message(content=content, metadata={"kind": kind, **metadata}).send()
+async def notice(content: str, kind: str = "notice", saved: bool = True, **metadata) -> None:
+    """Show a notice; ``saved=False``: only on the page, never in the saved chat."""
+    message = cl.Message(content=content, metadata={"kind": kind, **metadata})
+    if not saved:
+        message.persisted = True  # Chainlit's send then hands it to no data layer
+    await message.send()
 
 
 async def notices_after(delay_s: float, notices: list[tuple[str, str]]) -> None:
@@ -37,12 +41,15 @@ def login_name() -> Optional[str]:
     return user.identifier if user is not None else None
 
 
-async def show_error(content: str, kind: str) -> None:
-    """``kind``: the text's key, counted per day on the admin page and in the app's metrics."""
+async def show_error(content: str, kind: str, saved: bool = True) -> None:
+    """``kind``: the text's key, counted per day on the admin page and in the app's metrics;
+    ``saved=False``: only on the page, never in the saved chat."""
     append_error(SETTINGS.usage_log, kind, login_name())
     chat_metrics.error_shown(kind)
     message = cl.ErrorMessage(content=content)
     message.metadata = {"kind": "error"}  # ErrorMessage takes no metadata argument
+    if not saved:
+        message.persisted = True
     await message.send()
 
 

@@ -24,6 +24,7 @@ from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagin
 from fastapi import HTTPException, Request
 
 from app.conversation.saved_metadata import saved_metadata, step_metadata
+from app.kept import admitted_steps
 from app.texts import lang_of, text, without_figures
 
 PATH = "/project/threads"
@@ -78,8 +79,14 @@ def page(threads: list[dict], pagination: Pagination) -> PaginatedResponse:
 
 
 class SearchingLayer(SQLAlchemyDataLayer):
-    """Chainlit's SQLAlchemy data layer whose thread list searches as above, and whose chats
-    carry their metadata as a dict on SQLite too."""
+    """Chainlit's SQLAlchemy data layer whose thread list searches as above, whose chats
+    carry their metadata as a dict on SQLite too, and which writes a user's message only once
+    it is admitted (app/kept/admitted_steps.py)."""
+
+    async def create_step(self, step_dict):
+        # Chainlit's update_step writes through this method too.
+        if await admitted_steps.kept(step_dict):
+            await super().create_step(step_dict)
 
     async def get_all_user_threads(self, user_id=None, thread_id=None):
         # On SQLite the column comes back as JSON text, and a reopened chat reaches the browser
