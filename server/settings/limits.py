@@ -17,10 +17,11 @@ class LimitSettings(BaseModel):
         0, ge=0, description="Prompt plus reply tokens one user may spend in any 24 hours, across "
         "all app workers; over it the chat says when to try again. 0: no limit.")
     replies_per_user: int = Field(
-        2, ge=0, description="Replies one user may have running at once on one app worker (a user: "
+        0, ge=0, description="Replies one user may have running at once on one app worker (a user: "
         "the login name, else the client's address; a regeneration and a /compare count as one); "
-        "a message past it is told so, and not answered or saved. Load tests that send every chat "
-        "as one user (qa-load with one --login, or without --own-addresses) set 0. 0: no cap.")
+        "a message past it is told so, and not answered or saved. 2 suits a team's network; off by "
+        "default, as the other limits, because a load test sends every chat as one user (qa-load "
+        "with one --login, or without --own-addresses). 0: no cap.")
     busy_queue: Optional[int] = Field(
         None, ge=0, description="Requests waiting in vLLM's queue above which a new message is told "
         "how many are ahead and about how long it will wait (ERNIE_BUSY_ACTION). Unset: never.")

@@ -30,9 +30,6 @@ def engine_settings(tmp: Path, **overrides):
         kv_cache_gib=1,
         max_tokens=64,
         startup_timeout_s=900,
-        # Many chats of the tests are one user (one address, one login): no cap on that user's
-        # replies at once, unless a test sets one (tests/app/test_limits_stack.py).
-        replies_per_user=0,
     )
     values.update(overrides)
     return load_settings(**values)

@@ -67,10 +67,7 @@ class Up:
                     "ERNIE_APP_PORT": str(self.app_port), "ERNIE_METRICS_PORT": str(self.metrics_port),
                     "ERNIE_LOG_FILE": str(tmp / "llm.log"),
                     "ERNIE_MAX_MODEL_LEN": "4096", "ERNIE_KV_CACHE_GIB": "1",
-                    "ERNIE_LIVE_CHATS_DIR": str(tmp / "live-chats"),
-                    # Their load is one user's many chats (one address or login): no cap on
-                    # that user's replies at once.
-                    "ERNIE_REPLIES_PER_USER": "0", **env}
+                    "ERNIE_LIVE_CHATS_DIR": str(tmp / "live-chats"), **env}
         self.env = {name: value for name, value in self.env.items() if value is not None}
         self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "up"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
