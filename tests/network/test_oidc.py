@@ -29,6 +29,9 @@ PROVIDER_USERS = {
     "alice@example.com": {"name": "Alice", "groups": ["chat", "chat-admins"]},
     "bob@example.com": {"name": "Bob", "groups": ["/chat"]},  # a Keycloak-style full path
     "carol@example.com": {"name": "Carol", "groups": ["sales"]},
+    # In the allowed group and domain, but the provider has not checked the address.
+    "erin@example.com": {"name": "Erin", "groups": ["chat"], "email_verified": "false"},
+    "frank@example.com": {"name": "Frank", "groups": ["chat"], "email_verified": None},
 }
 
 
@@ -151,6 +154,16 @@ def test_a_user_outside_the_allowed_group_gets_a_page_that_says_so(oidc_app, pag
     chinese = sign_in(page_factory, oidc_app, "carol@example.com", locale="zh-CN")
     chinese.locator("#oidc-refused").wait_for(timeout=30_000)
     assert "无权使用此聊天" in chinese.locator("body").inner_text()
+
+
+@pytest.mark.parametrize("email", ["erin@example.com", "frank@example.com"])
+def test_an_address_the_provider_has_not_verified_does_not_get_in(oidc_app, page_factory, email):
+    """email_verified as the string "false", or left out: the address decides here (the user
+    claim and the domain rule), so only the provider's own true lets the user in."""
+    page = sign_in(page_factory, oidc_app, email)
+    page.locator("#oidc-refused").wait_for(timeout=30_000)
+    assert "may not use this chat" in page.locator("body").inner_text()
+    assert current_user(page).get("identifier") is None, "no session was made"
 
 
 def test_the_sign_in_page_offers_the_provider_and_passwords(oidc_app, page_factory, tmp_path):

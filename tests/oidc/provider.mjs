@@ -6,6 +6,8 @@
 //   node provider.mjs CONFIG.json
 //   CONFIG: {"port": 0, "client_id": "...", "client_secret": "...", "redirect_uri": "...",
 //            "users": {"alice@example.com": {"name": "Alice", "groups": ["chat"]}, ...}}
+//   A user's "email_verified", where given, is sent as it is (a string "false" as some
+//   providers send it); null leaves the claim out; otherwise it is true.
 // Prints "listening <issuer>" once it serves.
 import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
@@ -35,10 +37,13 @@ const provider = new Provider(issuer, {
     return {
       accountId: id,
       async claims() {
-        return {
+        const claims = {
           sub: id, email: id, email_verified: true, name: user.name,
           preferred_username: id.split('@')[0], groups: user.groups,
         };
+        if ('email_verified' in user) claims.email_verified = user.email_verified;
+        if (user.email_verified === null) delete claims.email_verified;
+        return claims;
       },
     };
   },
