@@ -141,7 +141,7 @@ async def limit_hit(limit: str, content: str) -> None:
     """Every refusal by a limit (``messages``, ``tokens``, ``replies``) or by a full queue
     (``busy``) passes here, and only those: the place to count them.  The notice is not saved:
     neither is the message it refuses (app/kept/admitted_steps.py)."""
-    logging.getLogger(__name__).info("refused a message: %s", limit)
+    LOG.info("refused a message: %s", limit)
     chat_metrics.limit_hit(limit)
     await notice(content, "limited" if limit != "busy" else "busy_refused", saved=False)
 
