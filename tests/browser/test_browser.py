@@ -15,7 +15,8 @@ import pytest
 
 from tests.support.settings import APP_MAX_TOKENS, start_app
 from tests.support.browser import (
-    ASSISTANT, a_stopped_long_reply, log_in, reopen, send, wait_until_vllm_is_idle, USER, ask, open_chat)
+    ASSISTANT, a_stopped_long_reply, log_in, reopen, send, saved_rows, wait_until_vllm_is_idle, USER, ask,
+    open_chat)
 
 
 def test_message_gets_a_streamed_reply_with_figures(page_factory, chat_app):
@@ -157,12 +158,7 @@ def test_a_reply_goes_on_after_the_page_is_reloaded_and_is_saved_whole(page_fact
     finished.first.wait_for(timeout=300_000)
     page.locator("#stop-button").wait_for(state="detached", timeout=10_000)
     assert page.locator(ASSISTANT).filter(has_text="reply tokens").count() == 1
-    with sqlite3.connect(long_saved_chats_app.chat_db) as db:
-        for _ in range(50):
-            saved = db.execute("SELECT output, metadata FROM steps WHERE type = 'assistant_message' "
-                               "AND output LIKE '%reply tokens%'").fetchall()
-            if saved:
-                break
-            time.sleep(0.1)
+    saved = saved_rows(long_saved_chats_app.chat_db, "SELECT output, metadata FROM steps WHERE type ="
+                       " 'assistant_message' AND output LIKE '%reply tokens%'")
     assert len(saved) == 1 and f"{APP_MAX_TOKENS} reply tokens" in saved[0][0]
     assert "in_flight" not in saved[0][1]

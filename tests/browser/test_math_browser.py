@@ -9,7 +9,7 @@ import sqlite3
 
 from app.conversation.math_text import display_text
 from tests.support.screenshots import screenshot_path
-from tests.support.browser import ASSISTANT, USER, ask, log_in, open_chat, send
+from tests.support.browser import ASSISTANT, USER, ask, log_in, open_chat, saved_rows, send
 
 # What a model writes: display and inline math in both notations, amounts, code.
 RAW_REPLY = ("The area is \\(\\pi r^2\\) and\n\n\\[\\int_0^1 x^2\\,dx = \\frac{1}{3}\\]\n\n"
@@ -33,10 +33,13 @@ def test_a_reply_renders_its_formulas_and_keeps_amounts_and_code(page_factory, s
     page = page_factory(saved_chats_app.app_url)
     log_in(page, "alice", "wonderland")
     ask(page, "Show me some math.")
+    saved = saved_rows(saved_chats_app.chat_db, (  # this chat's finished reply
+        "SELECT id FROM steps WHERE type = 'assistant_message' AND output LIKE '%reply tokens%'"
+        " AND \"threadId\" = (SELECT \"threadId\" FROM steps WHERE type = 'user_message' AND"
+        " output = 'Show me some math.' ORDER BY \"createdAt\" DESC LIMIT 1)"))
+    assert len(saved) == 1, saved
     with sqlite3.connect(saved_chats_app.chat_db) as db:
-        db.execute("UPDATE steps SET output = ? WHERE id = (SELECT id FROM steps WHERE type ="
-                   " 'assistant_message' AND output LIKE '%reply tokens%' ORDER BY createdAt DESC"
-                   " LIMIT 1)", (display_text(RAW_REPLY),))
+        db.execute("UPDATE steps SET output = ? WHERE id = ?", (display_text(RAW_REPLY), saved[0][0]))
     page.reload()
     page.locator("#thread-history").get_by_text("Show me some math.").first.click()
     reply = page.locator(ASSISTANT).filter(has_text="Tickets cost")

@@ -5,14 +5,13 @@ version shown, and a forged click is refused."""
 from __future__ import annotations
 
 import json
-import sqlite3
 
 
 from tests.support.screenshots import screenshot_path
 from tests.support.browser import ASSISTANT, USER, log_in, open_chat, reopen, send
 from tests.support.settings import SHORT_REPLY
 from tests.support.browser import (body, edit_the_first_of_two, figures, finished_replies,
-    regenerate_button, regenerated, replies, user_prompt)
+    regenerate_button, regenerated, replies, saved_rows, user_prompt)
 
 
 def switcher(page, k: int, n: int):
@@ -112,16 +111,11 @@ def test_a_reopened_saved_chat_has_its_versions(page_factory, saved_chats_app):
     next_button(page).click()
     switcher(page, 2, 2).wait_for(timeout=30_000)
     assert body(last_reply(page)) == body(second)
-    with sqlite3.connect(saved_chats_app.chat_db) as db:
-        for _ in range(50):
-            saved = db.execute(  # this chat's replies: the app's database is the session's
-                "SELECT metadata FROM steps WHERE type = 'assistant_message' AND output LIKE "
-                "'%reply tokens%' AND \"threadId\" = (SELECT \"threadId\" FROM steps WHERE type = "
-                "'user_message' AND output = 'Tell me about tea.' ORDER BY \"createdAt\" DESC LIMIT 1)"
-            ).fetchall()
-            if saved and json.loads(saved[-1][0])["versions"]["shown"] == 1:
-                break
-            page.wait_for_timeout(100)
+    saved = saved_rows(saved_chats_app.chat_db, (  # this chat's replies: the database is the session's
+        "SELECT metadata FROM steps WHERE type = 'assistant_message' AND output LIKE "
+        "'%reply tokens%' AND \"threadId\" = (SELECT \"threadId\" FROM steps WHERE type = "
+        "'user_message' AND output = 'Tell me about tea.' ORDER BY \"createdAt\" DESC LIMIT 1)"),
+        ready=lambda rows: rows and json.loads(rows[-1][0])["versions"]["shown"] == 1)
     assert len(saved) == 1 and json.loads(saved[0][0])["versions"]["shown"] == 1
 
 

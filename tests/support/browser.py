@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 
 import httpx
@@ -65,6 +66,18 @@ def ask(page, text, timeout_s=120):
     page.locator(ASSISTANT).nth(before).wait_for(timeout=timeout_s * 1000)
     page.locator("#stop-button").wait_for(state="detached", timeout=timeout_s * 1000)
     return page.locator(ASSISTANT).last.inner_text()
+
+
+def saved_rows(chat_db, query: str, params=(), ready=bool, timeout_s: float = 30) -> list:
+    """The rows ``query`` finds in the app's SQLite file once ``ready(rows)``, or at the end
+    of ``timeout_s``: Chainlit writes a step after the page shows it, in a task of its own."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with sqlite3.connect(chat_db) as db:
+            rows = db.execute(query, params).fetchall()
+        if ready(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
 
 
 def wait_until_vllm_is_idle(settings, within_s: float = 2) -> None:
