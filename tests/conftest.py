@@ -61,6 +61,7 @@ def pytest_configure(config):
         config.pluginmanager.register(schedule.Durations(DURATIONS), "durations")
     if getattr(config.option, "dist", "no") == "loadscope":
         config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="ernie-test-groups-")) / "groups.json"
+        config.pluginmanager.register(schedule.Timeline(), "timeline")
 
 
 def pytest_unconfigure(config):

@@ -84,6 +84,33 @@ class Durations:
             self.path.write_text(json.dumps({module: round(s, 1) for module, s in ranked}, indent=1) + "\n")
 
 
+class Timeline:
+    """When each process ran each module, from the reports' clocks; printed at the end of a
+    run (where CI's log shows it) with the modules that took ``shown_s`` or more."""
+
+    def __init__(self, shown_s: float = 10.0):
+        self.shown_s = shown_s
+        self.spans: dict[tuple[str, str], list[float]] = {}  # (process, module) -> [start, stop]
+
+    def pytest_runtest_logreport(self, report) -> None:
+        process = getattr(getattr(report, "node", None), "gateway", None)
+        key = (getattr(process, "id", "main"), module_of(report.nodeid))
+        span = self.spans.setdefault(key, [report.start, report.stop])
+        span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.spans:
+            return
+        began = min(start for start, _ in self.spans.values())
+        terminalreporter.section(f"timeline (s from the first test; modules of {self.shown_s:.0f} s or more)")
+        for process in sorted({process for process, _ in self.spans}):
+            rows = sorted((start - began, stop - began, module)
+                          for (p, module), (start, stop) in self.spans.items() if p == process)
+            terminalreporter.write_line(f"{process}: " + ", ".join(
+                f"{start:.0f}-{stop:.0f} {module.removeprefix('tests/')}"
+                for start, stop, module in rows if stop - start >= self.shown_s))
+
+
 class ByConfiguration(LoadScopeScheduling):
     """pytest-xdist's scheduling by scope, a scope being a group, in the workers' order."""
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
-from tests.support.schedule import Durations, groups, load_seconds, order, write_groups
+from tests.support.schedule import Durations, Timeline, groups, load_seconds, order, write_groups
 
 
 def test_a_module_with_one_test_on_the_model_pair_goes_whole_to_its_group():
@@ -57,3 +58,18 @@ def test_the_groups_file_is_replaced_whole(tmp_path):
     write_groups(path, {"tests/b.py": "engine"})
     assert json.loads(path.read_text()) == {"tests/b.py": "engine"}
     assert [p.name for p in tmp_path.iterdir()] == ["groups.json"]
+
+
+def test_the_timeline_shows_each_process_its_modules_in_order_from_the_first_test():
+    def report(process, nodeid, start, stop):
+        return SimpleNamespace(node=SimpleNamespace(gateway=SimpleNamespace(id=process)),
+                               nodeid=nodeid, start=start, stop=stop)
+    timeline = Timeline(shown_s=10)
+    for args in [("gw1", "tests/stack/test_b.py::t", 1030, 1040), ("gw0", "tests/unit/test_a.py::t", 1000, 1005),
+                 ("gw0", "tests/unit/test_a.py::u", 1005, 1012), ("gw1", "tests/stack/test_b.py::u", 1041, 1100),
+                 ("gw0", "tests/app/test_c.py::t", 1012, 1015)]:  # 3 s: not shown
+        timeline.pytest_runtest_logreport(report(*args))
+    lines = []
+    timeline.pytest_terminal_summary(SimpleNamespace(section=lambda title: lines.append(title),
+                                                     write_line=lines.append))
+    assert lines[1:] == ["gw0: 0-12 unit/test_a.py", "gw1: 30-100 stack/test_b.py"]
