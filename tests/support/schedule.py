@@ -84,12 +84,32 @@ class Durations:
             self.path.write_text(json.dumps({module: round(s, 1) for module, s in ranked}, indent=1) + "\n")
 
 
+def cpu_times(stat: str) -> tuple[int, int]:
+    """(idle, total) clock ticks of all cores, from the first line of /proc/stat's text."""
+    ticks = [int(n) for n in stat.split("\n", 1)[0].split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks[:8])  # idle + iowait; guest time is in user already
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the cores' time between two readings that was not idle."""
+    total = after[1] - before[1]
+    return 1 - (after[0] - before[0]) / total if total else 0.0
+
+
+def read_cpu_times() -> Optional[tuple[int, int]]:
+    try:
+        return cpu_times(Path("/proc/stat").read_text())
+    except OSError:  # not Linux
+        return None
+
+
 class Timeline:
-    """When each process ran each module, from the reports' clocks; printed at the end of a
-    run (where CI's log shows it) with the modules that took ``shown_s`` or more."""
+    """When each process ran each module, from the reports' clocks, and how busy the machine's
+    cores were; printed at the end of a run (where CI's log shows it) with the modules that
+    took ``shown_s`` or more. Idle cores while a run goes on are time a test could have used."""
 
     def __init__(self, shown_s: float = 10.0):
-        self.shown_s = shown_s
+        self.shown_s, self.cpu_at_start = shown_s, read_cpu_times()
         self.spans: dict[tuple[str, str], list[float]] = {}  # (process, module) -> [start, stop]
 
     def pytest_runtest_logreport(self, report) -> None:
@@ -106,9 +126,14 @@ class Timeline:
         for process in sorted({process for process, _ in self.spans}):
             rows = sorted((start - began, stop - began, module)
                           for (p, module), (start, stop) in self.spans.items() if p == process)
-            terminalreporter.write_line(f"{process}: " + ", ".join(
-                f"{start:.0f}-{stop:.0f} {module.removeprefix('tests/')}"
-                for start, stop, module in rows if stop - start >= self.shown_s))
+            shown = [f"{start:.0f}-{stop:.0f} {module.removeprefix('tests/')}"
+                     for start, stop, module in rows if stop - start >= self.shown_s]
+            if shown:
+                terminalreporter.write_line(f"{process}: " + ", ".join(shown))
+        now = read_cpu_times()
+        if self.cpu_at_start and now:
+            terminalreporter.write_line(f"cores busy: {busy_share(self.cpu_at_start, now):.0%} of the "
+                                        f"run (all processes of this machine)")
 
 
 class ByConfiguration(LoadScopeScheduling):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from tests.support.schedule import Durations, Timeline, groups, load_seconds, order, write_groups
+from tests.support.schedule import (Durations, Timeline, busy_share, cpu_times, groups, load_seconds, order,
+                                    write_groups)
 
 
 def test_a_module_with_one_test_on_the_model_pair_goes_whole_to_its_group():
@@ -65,6 +66,7 @@ def test_the_timeline_shows_each_process_its_modules_in_order_from_the_first_tes
         return SimpleNamespace(node=SimpleNamespace(gateway=SimpleNamespace(id=process)),
                                nodeid=nodeid, start=start, stop=stop)
     timeline = Timeline(shown_s=10)
+    timeline.cpu_at_start = None  # not this machine's figures
     for args in [("gw1", "tests/stack/test_b.py::t", 1030, 1040), ("gw0", "tests/unit/test_a.py::t", 1000, 1005),
                  ("gw0", "tests/unit/test_a.py::u", 1005, 1012), ("gw1", "tests/stack/test_b.py::u", 1041, 1100),
                  ("gw0", "tests/app/test_c.py::t", 1012, 1015)]:  # 3 s: not shown
@@ -73,3 +75,11 @@ def test_the_timeline_shows_each_process_its_modules_in_order_from_the_first_tes
     timeline.pytest_terminal_summary(SimpleNamespace(section=lambda title: lines.append(title),
                                                      write_line=lines.append))
     assert lines[1:] == ["gw0: 0-12 unit/test_a.py", "gw1: 30-100 stack/test_b.py"]
+
+
+def test_the_cores_busy_share_comes_from_the_idle_ticks_of_proc_stat():
+    before = cpu_times("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    after = cpu_times("cpu  400 0 150 1100 50 0 0 0 0 0\n")
+    assert before == (850, 1000) and after == (1150, 1700)
+    assert busy_share(before, after) == 1 - 300 / 700
+    assert busy_share(after, after) == 0.0
