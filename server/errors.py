@@ -9,7 +9,8 @@ what to do.  ``server.cli`` prints that message, without a traceback, and exits 
     ErnieChatError
     ├── BadInput             a file or value given to a command cannot be used
     │   ├── MissingFile      a file or folder named by the user does not exist
-    │   └── NoSuchUser       server.data_life: export-user or delete-user of an unknown name
+    │   ├── NoSuchUser       server.data_life: export-user or delete-user of an unknown name
+    │   └── PersonasFileError server.personas_file: a personas file the chat cannot show
     ├── SettingsError        server.settings: a bad ERNIE_* value or .env line
     ├── ChatDbError          server.chat_db: the saved-chats database cannot be used
     ├── AuthStoreError       server.auth_store: the login store cannot be used

@@ -17,7 +17,7 @@ import chainlit as cl
 from chainlit.input_widget import Select, Slider, TextInput
 
 from app.conversation.history import MIN_REPLY_TOKENS
-from app.conversation.personas import PERSONAS, persona
+from app.conversation.personas import PERSONAS, offered, persona
 from app.texts import text
 from server.settings import Settings
 
@@ -52,7 +52,7 @@ def persona_of(system_prompt: str, default_prompt: str) -> str:
 
 
 def persona_choice(params: ChatParams, default_prompt: str, lang: str) -> Select:
-    return Select(id="persona", label=text(lang, "persona_label"), values=[p.name for p in PERSONAS],
+    return Select(id="persona", label=text(lang, "persona_label"), values=[p.name for p in offered(lang)],
                   initial_value=persona_of(params.system_prompt, default_prompt))
 
 

@@ -6,8 +6,9 @@ import math
 from pathlib import Path
 from typing import Annotated, Optional
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
+from server import personas_file
 from server.chat_db import POSTGRES_SCHEMES
 from server.settings.network import client_url
 
@@ -30,11 +31,26 @@ def checked_chat_db(value) -> Optional[str]:
     return text
 
 
+def checked_personas_file(path: Optional[Path]) -> Optional[Path]:
+    """A file whose personas the chat can show; its problems, one a line, each naming its line."""
+    if path is not None:
+        try:
+            personas_file.load(path)
+        except personas_file.PersonasFileError as exc:
+            raise ValueError(str(exc).replace("\n", "\n    ")) from None
+    return path
+
+
 class ChatSettings(BaseModel):
     app_host: str = Field("127.0.0.1", description="Address the Chainlit app listens on.")
     app_port: int = Field(8080, ge=1, le=65535, description="Port the Chainlit app listens on.")
     system_prompt: str = Field(
         "You are a helpful assistant.", description="Default system prompt of new chats."
+    )
+    personas_file: Annotated[Optional[Path], AfterValidator(checked_personas_file)] = Field(
+        None, description="The personas of the chat's menu, from a TOML file: each with its name, "
+        "system prompt, starter prompts and languages (docs/chat.md, \"Personas file\"; an example: "
+        "docs/personas.example.toml). Unset: the built-in Assistant, Translator and Tutor.",
     )
     temperature: float = Field(0.7, ge=0, le=2, description="Default sampling temperature.")
     top_p: float = Field(0.9, gt=0, le=1, description="Default nucleus sampling top_p.")
