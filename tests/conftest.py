@@ -320,14 +320,16 @@ def chatted(request, engine, tmp_path_factory):
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
 def searching_app(request, tmp_path_factory):
-    """The app with login and saved chats (no engine: searching needs none): (settings, ids)."""
+    """The app with login and saved chats (no engine: searching needs none), and the personas of
+    tests/data/personas-two.toml: (settings, ids)."""
     tmp = tmp_path_factory.mktemp(f"search-{request.param}")
     target = str(tmp / "chats.db") if request.param == "sqlite" else request.getfixturevalue("postgres_server").new_database()
     chat_db.prepare_db(target)
     with ThreadPoolExecutor(1) as pool:  # Playwright's sync API may hold this thread's event loop
         ids = pool.submit(asyncio.run, write_chats(target)).result()
     users = ",".join(f"{n}:{p}" for n, p in USERS.items())
-    for settings in start_app(tmp, engine_url=f"http://127.0.0.1:{free_port()}", chat_db=target, users=users):
+    for settings in start_app(tmp, engine_url=f"http://127.0.0.1:{free_port()}", chat_db=target, users=users,
+                              personas_file=TESTS / "data" / "personas-two.toml"):
         yield settings, ids
 
 

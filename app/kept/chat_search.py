@@ -24,7 +24,7 @@ from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagin
 from fastapi import HTTPException, Request
 
 from app.conversation.saved_metadata import saved_metadata, step_metadata
-from app.kept import admitted_steps
+from app.kept import admitted_steps, saved_prompts
 from app.texts import lang_of, text, without_figures
 
 PATH = "/project/threads"
@@ -80,20 +80,27 @@ def page(threads: list[dict], pagination: Pagination) -> PaginatedResponse:
 
 class SearchingLayer(SQLAlchemyDataLayer):
     """Chainlit's SQLAlchemy data layer whose thread list searches as above, whose chats
-    carry their metadata as a dict on SQLite too, and which writes a user's message only once
-    it is admitted (app/kept/admitted_steps.py)."""
+    carry their metadata as a dict on SQLite too, which writes a user's message only once it
+    is admitted (app/kept/admitted_steps.py), and which finds a user's saved prompts on
+    PostgreSQL too (app/kept/saved_prompts.py)."""
 
     async def create_step(self, step_dict):
         # Chainlit's update_step writes through this method too.
         if await admitted_steps.kept(step_dict):
             await super().create_step(step_dict)
 
+    async def get_favorite_steps(self, user_id: str):
+        return await saved_prompts.starred(self, user_id)
+
     async def get_all_user_threads(self, user_id=None, thread_id=None):
         # On SQLite the column comes back as JSON text, and a reopened chat reaches the browser
-        # so: its menu could not read the chat's profile (the model it runs on) from it.
+        # so: its menu could not read the chat's profile (the model it runs on) from it, and
+        # Chainlit could not star one of its messages (app/kept/saved_prompts.py).
         threads = await super().get_all_user_threads(user_id=user_id, thread_id=thread_id)
         for thread in threads or []:
             thread["metadata"] = saved_metadata(thread.get("metadata"))
+            for step in thread.get("steps") or []:
+                step["metadata"] = step_metadata(step)
         return threads
 
     async def list_threads(self, pagination: Pagination, filters: ThreadFilter) -> PaginatedResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+from app.kept.chat_search import SearchingLayer
 from app.kept.saved_chats import data_layer
 from app.texts import FIGURES_MARK
 
@@ -48,3 +49,13 @@ async def write_chats(target) -> dict[str, str]:
     finally:
         await layer.engine.dispose()
     return ids
+
+
+async def starred(target, name: str) -> list[str]:
+    """The texts of ``name``'s saved prompts (starred messages), as the chat's data layer finds them."""
+    layer = data_layer(target, SearchingLayer)
+    try:
+        user = await layer.get_user(name)
+        return [step["output"] for step in await layer.get_favorite_steps(user.id)]
+    finally:
+        await layer.engine.dispose()
