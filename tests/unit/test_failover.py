@@ -112,7 +112,7 @@ async def test_the_wait_is_bounded_and_the_text_so_far_kept():
     started = time.monotonic()
     text, stats, waits, error = await reply(engine, wait_s=2.5)
     assert error is not None and text == "w0 w1 " and waits == [True]
-    assert 2.5 <= time.monotonic() - started < 3.5
+    assert 2.5 <= time.monotonic() - started < 4.5  # the last try's pause ends at the limit
     assert len(engine.bodies) < 8  # pauses between the tries, not a busy loop
 
 

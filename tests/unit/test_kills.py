@@ -86,5 +86,6 @@ async def test_a_kill_counts_its_second_from_when_the_users_start():
     done = await killing
     tried = time.perf_counter()
     assert tried - started >= 0.3 and tried - called >= 0.9
-    assert done[0]["at_s"] == pytest.approx(0.3, abs=0.1) and "no stack" in done[0]["error"]
+    # Its second counts from the users' start: below the 0.9 s it would be from the call.
+    assert 0.29 <= done[0]["at_s"] < 0.9 and "no stack" in done[0]["error"]
     assert lines[0].startswith("kill worker:1 at 0.3 s failed")

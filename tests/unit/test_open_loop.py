@@ -154,11 +154,14 @@ async def test_requests_arrive_on_the_schedule_whatever_the_servers_pace(stub):
     records = await run_open(stub, 10, 20.0, cap=10, delay=0.3)
     assert all(r.success for r in records) and len(records) == 10
     arrived = sorted(r.arrival_s for r in records)
-    # Loose bounds: a busy test machine may wake the loop late now and then.
-    assert arrived[-1] == pytest.approx(0.5, abs=0.1)
-    assert arrivals.mean_gap(arrived) == pytest.approx(0.05, rel=0.25)
+    # Bounds a loaded machine keeps (the unit tests run beside pip and vLLM starts): never
+    # before the schedule's 0.05 s steps, and far sooner than the 2.7 s a closed loop of one
+    # would take behind 0.3-s replies.
+    assert all(at >= 0.05 * (i + 1) - 0.005 for i, at in enumerate(arrived)), arrived
+    assert arrived[-1] < 1.5, arrived
     assert stub["most"] >= 4  # several in flight at once
-    assert statistics.median(r.start_s - r.arrival_s for r in records) < 0.02
+    # Sent when released: no reply (0.3 s) was waited for.
+    assert statistics.median(r.start_s - r.arrival_s for r in records) < 0.1
 
 
 async def test_the_cap_makes_arrivals_wait_for_a_slot(stub):
@@ -172,7 +175,7 @@ async def test_the_cap_makes_arrivals_wait_for_a_slot(stub):
 
 async def test_the_time_limit_cancels_requests_in_flight_and_sends_no_more(stub):
     records = await run_open(stub, 20, 10.0, cap=20, delay=5.0, max_s=0.45)
-    assert 3 <= len(records) <= 5  # those that arrived before 0.45 s
+    assert 1 <= len(records) <= 5  # those that arrived before 0.45 s (fewer on a loaded machine)
     assert all(not r.success and "cancelled at the time limit" in r.error for r in records)
 
 

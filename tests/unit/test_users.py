@@ -137,7 +137,7 @@ async def test_users_arrive_over_the_ramp_and_speak_their_turns_with_pauses():
 
 
 async def test_a_client_process_runs_its_share_of_users_as_one_process_would():
-    model = UserModel(users=5, turns=2, think_s=0.1, ramp_s=0.5)
+    model = UserModel(users=5, turns=2, think_s=0.6, ramp_s=0.5)  # pauses of 0.3-0.9 s
     whole = await run_users(model, lambda i, tag: ScriptedChat(0.01, []), ["a"])
     share = await run_users(model, lambda i, tag: ScriptedChat(0.01, []), ["a"], share=(1, 2))
     assert [u.user for u in share.users] == [1, 3]
@@ -147,7 +147,8 @@ async def test_a_client_process_runs_its_share_of_users_as_one_process_would():
         first, second = sorted(r.sent_s for r in run.replies if r.user == user)
         return second - first
     for user in (1, 3):
-        assert pause(share, user) == pytest.approx(pause(whole, user), abs=0.03)
+        # 0.1 s: what a loaded machine may add to one pause, a third of another seed's difference
+        assert pause(share, user) == pytest.approx(pause(whole, user), abs=0.1)
 
 
 def test_the_live_counts_of_client_processes_add_up():
