@@ -11,7 +11,8 @@ from app.auth import auth_sessions, login, oidc
 from app.auth.user_limits import user_key
 from app.conversation import in_flight
 from app.conversation.answer import MAX_UPLOAD_BYTES
-from app.kept import admitted_steps, chat_files, chat_search, drain, saved_chats, saved_prompts, stores
+from app.kept import (admitted_steps, chat_files, chat_search, drain, saved_chats, saved_prompts,
+                      search_index, stores)
 from app.pages import admin_page, live_page, share_page
 from app.web import (boot_cookie, closed_routes, files_dir, origins, page_policy, served_files, session_guard,
                      upload_caps, upload_check, upload_limit)
@@ -47,6 +48,7 @@ if SETTINGS.login_on:
 
 if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
+    search_index.build(str(SETTINGS.chat_db))  # a database from before the index: once, at its first start
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
     chat_search.install()
     admitted_steps.install()  # a message is saved, and makes its chat, once admitted

@@ -17,16 +17,24 @@ lock, and sync the write-ahead log only at checkpoints: with the defaults (a 5 s
 a write that waited longer failed, and Chainlit drops a step or message it cannot write
 with only a warning (docs/performance.md, "Saved chats on SQLite").
 
-One table is the app's own: ``shares``, the read-only links to chats (app/pages/share_links.py).
+The app's own tables: ``shares``, the read-only links to chats (app/pages/share_links.py), and
+the search's index (app/kept/search_index.py): ``search_texts``, each chat's title and messages
+folded as the search compares them, under a trigram index (SQLite's FTS5 table
+``search_trigrams``, kept by triggers; PostgreSQL's pg_trgm), and ``search_state``, the
+version of the fold the texts were written with.  Steps are indexed by chat too (a chat's
+last message orders the list) and chats by user.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
 from server.errors import ErnieChatError
 from server.private_files import FILE_MODE, tighten
+
+LOG = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -59,6 +67,25 @@ CREATE TABLE IF NOT EXISTS shares (
     "token" TEXT PRIMARY KEY, "threadId" TEXT NOT NULL UNIQUE, "userIdentifier" TEXT NOT NULL,
     "origin" TEXT NOT NULL, "createdAt" TEXT,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS steps_by_thread ON steps ("threadId", "createdAt");
+CREATE INDEX IF NOT EXISTS threads_by_user ON threads ("userId");
+CREATE TABLE IF NOT EXISTS search_texts (
+    "n" INTEGER PRIMARY KEY, "threadId" TEXT NOT NULL, "part" TEXT NOT NULL,
+    "folded" TEXT NOT NULL, UNIQUE ("threadId", "part"),
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS search_texts_by_part ON search_texts ("part");
+CREATE VIRTUAL TABLE IF NOT EXISTS search_trigrams USING fts5(
+    "folded", content='search_texts', content_rowid='n', tokenize='trigram case_sensitive 1');
+CREATE TRIGGER IF NOT EXISTS search_text_added AFTER INSERT ON search_texts BEGIN
+    INSERT INTO search_trigrams (rowid, "folded") VALUES (new."n", new."folded"); END;
+CREATE TRIGGER IF NOT EXISTS search_text_removed AFTER DELETE ON search_texts BEGIN
+    INSERT INTO search_trigrams (search_trigrams, rowid, "folded")
+    VALUES ('delete', old."n", old."folded"); END;
+CREATE TRIGGER IF NOT EXISTS search_text_changed AFTER UPDATE ON search_texts BEGIN
+    INSERT INTO search_trigrams (search_trigrams, rowid, "folded")
+    VALUES ('delete', old."n", old."folded");
+    INSERT INTO search_trigrams (rowid, "folded") VALUES (new."n", new."folded"); END;
+CREATE TABLE IF NOT EXISTS search_state ("version" INTEGER NOT NULL);
 """
 
 
@@ -94,6 +121,21 @@ CREATE TABLE IF NOT EXISTS shares (
     "token" TEXT PRIMARY KEY, "threadId" UUID NOT NULL UNIQUE, "userIdentifier" TEXT NOT NULL,
     "origin" TEXT NOT NULL, "createdAt" TEXT,
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS steps_by_thread ON steps ("threadId", "createdAt");
+CREATE INDEX IF NOT EXISTS threads_by_user ON threads ("userId");
+CREATE TABLE IF NOT EXISTS search_texts (
+    "threadId" UUID NOT NULL, "part" TEXT NOT NULL, "folded" TEXT NOT NULL,
+    PRIMARY KEY ("threadId", "part"),
+    FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS search_texts_by_part ON search_texts ("part");
+CREATE TABLE IF NOT EXISTS search_state ("version" INTEGER NOT NULL);
+"""
+# The trigram index of the search texts: pg_trgm ships with PostgreSQL (Debian's
+# postgresql-NN package, "contrib" elsewhere) and is a trusted extension from PostgreSQL 13
+# (a database's owner may create it).  Without it the search reads every text of the user.
+POSTGRES_TRIGRAMS = """
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE INDEX IF NOT EXISTS search_texts_trigrams ON search_texts USING gin ("folded" gin_trgm_ops);
 """
 SCHEMA_LOCK = 0x45524E49  # any fixed number: the advisory lock the schema is created under
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
@@ -150,6 +192,11 @@ def prepare_postgres(url: str, timeout_s: float = 10.0) -> None:
             # once can still collide in PostgreSQL's catalog: one at a time.
             await db.execute(f"SELECT pg_advisory_lock({SCHEMA_LOCK})")
             await db.execute(POSTGRES_SCHEMA)
+            try:
+                await db.execute(POSTGRES_TRIGRAMS)
+            except asyncpg.PostgresError as exc:
+                LOG.warning("The search has no trigram index, so it reads every text of the "
+                            "user: %s (pg_trgm, PostgreSQL's contrib extension).", exc)
             await db.fetch('SELECT "autoCollapse", "defaultOpen", "modes", "command" FROM steps LIMIT 0')
         finally:
             await db.close()

@@ -4,9 +4,10 @@ Chainlit's box posts its text as ``filter.search`` to ``/project/threads``, whos
 layer filters the user's chats by it.  Here every word of the query must be found (in
 any order, each in the chat's title or in any of its messages and replies), compared
 after NFKC and case folding, so "ＥＲＮＩＥ" finds "ernie" and Chinese is found inside
-text without spaces.  The words are compared in Python, never put into SQL: a ``%`` or
-``_`` is only itself.  The figures line under a reply (texts.FIGURES_MARK) is not
-searched: every reply has one.
+text without spaces.  The figures line under a reply (texts.FIGURES_MARK) is not
+searched: every reply has one.  The chats are found through the search's index, which
+the data layer below keeps (app/kept/search_index.py); the words are bound parameters,
+never SQL: a ``%`` or ``_`` is only itself.
 
 Only the logged-in user's chats: this module's route answers ``/project/threads``
 before Chainlit's, drops any ``userId`` the request's body carries, and hands on to
@@ -16,20 +17,18 @@ Chainlit's handler, which sets it from the session's user (docs/notes.md, "Chain
 
 from __future__ import annotations
 
-import unicodedata
-
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+from chainlit.data.utils import queue_until_user_message
 from chainlit.server import UserParam, app, get_user_threads
 from chainlit.types import GetThreadsRequest, PageInfo, PaginatedResponse, Pagination, ThreadFilter
 from fastapi import HTTPException, Request
 
 from app.conversation.saved_metadata import saved_metadata, step_metadata
-from app.kept import admitted_steps, saved_prompts
-from app.texts import lang_of, text, without_figures
+from app.kept import admitted_steps, saved_prompts, search_index
+from app.texts import lang_of, text
 
 PATH = "/project/threads"
-# A person types a few words; a longer query is a script's, and each costs a pass over
-# every message of the user's chats.
+# A person types a few words; a longer query is a script's, and each word costs a lookup.
 MAX_QUERY_CHARS = 200
 
 
@@ -38,32 +37,10 @@ class SearchTooLong(ValueError):
         super().__init__(f"{length} characters, limit {MAX_QUERY_CHARS}")
 
 
-def folded(value: str) -> str:
-    """Text as it is compared: compatibility forms (full width, ligatures) and case folded."""
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
-
-
 def query_words(query: str) -> list[str]:
     if len(query) > MAX_QUERY_CHARS:
         raise SearchTooLong(len(query))
-    return folded(query).split()
-
-
-def searched_texts(thread: dict) -> list[str]:
-    """A chat's title, what the user wrote and the replies, without their figures lines;
-    not the welcome, notices or errors, which many chats share."""
-    texts = [thread.get("name") or ""]
-    for step in thread.get("steps") or []:
-        reply = step.get("type") == "assistant_message" and step_metadata(step).get("kind") == "reply"
-        if step.get("type") == "user_message" or reply:
-            texts.append(without_figures(step.get("output") or ""))
-    return texts
-
-
-def matches(words: list[str], texts: list[str]) -> bool:
-    # A word holds no whitespace, so none can run across the line between two texts.
-    haystack = "\n".join(folded(t) for t in texts)
-    return all(word in haystack for word in words)
+    return search_index.folded(query).split()
 
 
 def page(threads: list[dict], pagination: Pagination) -> PaginatedResponse:
@@ -79,15 +56,36 @@ def page(threads: list[dict], pagination: Pagination) -> PaginatedResponse:
 
 
 class SearchingLayer(SQLAlchemyDataLayer):
-    """Chainlit's SQLAlchemy data layer whose thread list searches as above, whose chats
-    carry their metadata as a dict on SQLite too, which writes a user's message only once it
-    is admitted (app/kept/admitted_steps.py), and which finds a user's saved prompts on
-    PostgreSQL too (app/kept/saved_prompts.py)."""
+    """Chainlit's SQLAlchemy data layer whose thread list searches as above, through the
+    search's index, which it keeps up to date as it writes; whose chats carry their metadata
+    as a dict on SQLite too; which writes a user's message only once it is admitted
+    (app/kept/admitted_steps.py); and which finds a user's saved prompts on PostgreSQL too
+    (app/kept/saved_prompts.py)."""
 
     async def create_step(self, step_dict):
         # Chainlit's update_step writes through this method too.
         if await admitted_steps.kept(step_dict):
             await super().create_step(step_dict)
+            await self._index_step(step_dict["id"])
+
+    async def delete_step(self, step_id: str):
+        await super().delete_step(step_id)
+        await self._index_step(step_id)
+
+    @queue_until_user_message()
+    async def _index_step(self, step_id: str):
+        # Queued as Chainlit queues the step's own write (before a chat's first message) and
+        # run after it: the row follows the step as it is stored then, or gone.
+        await search_index.write_step(self, step_id)
+
+    async def update_thread(self, thread_id: str, name=None, user_id=None, metadata=None, tags=None):
+        await super().update_thread(thread_id, name=name, user_id=user_id, metadata=metadata, tags=tags)
+        if name is not None or (metadata or {}).get("name") is not None:  # Chainlit's name, either way
+            await search_index.write_title(self, thread_id)
+
+    async def delete_thread(self, thread_id: str):
+        await super().delete_thread(thread_id)
+        await search_index.forget_chat(self, thread_id)
 
     async def get_favorite_steps(self, user_id: str):
         return await saved_prompts.starred(self, user_id)
@@ -109,10 +107,7 @@ class SearchingLayer(SQLAlchemyDataLayer):
             return await super().list_threads(pagination, filters.model_copy(update={"search": None}))
         if not filters.userId:  # no user, no chats: nothing is searched across users
             return page([], pagination)
-        # The user's own only, checked again: Chainlit's query may also take a chat by its id.
-        found = [t for t in await self.get_all_user_threads(user_id=filters.userId) or []
-                 if t.get("userId") == filters.userId and matches(words, searched_texts(t))]
-        return page(found, pagination)
+        return page(await search_index.found_chats(self, filters.userId, words), pagination)
 
 
 async def threads_listed(request: Request, payload: GetThreadsRequest, current_user: UserParam):

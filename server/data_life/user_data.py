@@ -351,6 +351,10 @@ async def _delete_chats(db: Database, name: str) -> dict[str, int]:
     if "shares" in tables:
         removed["shared links"] = await db.execute(
             f'DELETE FROM shares WHERE "userIdentifier" = $1 OR "threadId" IN {THREADS}', name)
+    if "search_texts" in tables:  # the search's index of their chats (app/kept/search_index.py)
+        await db.execute(f'DELETE FROM search_texts WHERE "threadId" IN {THREADS}', name)
+        if db.kind == "sqlite":  # the trigram index drops a deleted text's entries when merged
+            await db.execute("INSERT INTO search_trigrams (search_trigrams) VALUES ('optimize')")
     removed["chats"] = await db.execute(f'DELETE FROM threads WHERE "id" IN {THREADS}', name)
     removed["accounts"] = await db.execute('DELETE FROM users WHERE "identifier" = $1', name)
     return removed

@@ -14,6 +14,7 @@ import zipfile
 import httpx
 import pytest
 
+from app.kept import search_index
 from server import chat_db
 from server.auth_store import LIMIT_KEYS, LOGIN_KEYS, KeyState, open_store
 from server.data_life import backup, restore, user_data
@@ -204,7 +205,9 @@ def test_delete_user_leaves_no_row_or_file_of_theirs_and_others_keep_theirs(requ
     settings.live_chats_dir.mkdir(mode=0o700)
     (settings.live_chats_dir / "a1.chat").write_text(json.dumps({"user": "carol", "turns": []}))
     (settings.live_chats_dir / "b2.chat").write_text(json.dumps({"user": "alice", "turns": []}))
+    search_index.build(str(settings.chat_db), lambda line: None)  # as the app's start indexes the chats
     before = every_row(settings.chat_db, kind == "postgres")
+    assert sum("carol" in row["folded"] for row in before["search_texts"]) == 3  # the titles
 
     removed = user_data.delete(settings, "carol")
     assert removed["chats"] == 3 and removed["messages"] == 6 and removed["shared links"] == 1
