@@ -137,6 +137,9 @@ POSTGRES_TRIGRAMS = """
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 CREATE INDEX IF NOT EXISTS search_texts_trigrams ON search_texts USING gin ("folded" gin_trgm_ops);
 """
+# Of the search's fold and of what it searches (app/kept/search_index.py): a database whose
+# texts were written with another is indexed again at start-up.
+SEARCH_INDEX_VERSION = 1
 SCHEMA_LOCK = 0x45524E49  # any fixed number: the advisory lock the schema is created under
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
 # Connections each worker may hold: Chainlit's default (5 + 10) ran out at ~10 chats
@@ -244,6 +247,30 @@ def prepare_sqlite(path: Path) -> None:
             f"ERNIE_CHAT_DB={path} is not a usable SQLite database ({exc}). It was left "
             "untouched: move it away (or restore a backup) and start again to create a new one."
         ) from exc
+
+
+def search_index_current(target) -> bool:
+    """Whether the search's index holds every chat, folded as this version folds."""
+    query = 'SELECT max("version") FROM search_state'
+    if is_postgres(str(target)):
+        import asyncio
+        import threading
+
+        import asyncpg
+
+        async def read():
+            db = await asyncpg.connect(plain_postgres_url(str(target)), timeout=10)
+            try:
+                return await db.fetchval(query)
+            finally:
+                await db.close()
+        found: list = []  # or why it could not be read: then the build says so
+        worker = threading.Thread(target=lambda: _catch(lambda: found.append(asyncio.run(read())), found))
+        worker.start()
+        worker.join()
+        return found == [SEARCH_INDEX_VERSION]
+    with sqlite3.connect(target) as db:
+        return db.execute(query).fetchone()[0] == SEARCH_INDEX_VERSION
 
 
 def data_layer_url(target) -> str:

@@ -66,7 +66,8 @@ class SearchingLayer(SQLAlchemyDataLayer):
         # Chainlit's update_step writes through this method too.
         if await admitted_steps.kept(step_dict):
             await super().create_step(step_dict)
-            await self._index_step(step_dict["id"])
+            if search_index.may_be_searched(step_dict):
+                await self._index_step(step_dict["id"])
 
     async def delete_step(self, step_id: str):
         await super().delete_step(step_id)
@@ -107,7 +108,10 @@ class SearchingLayer(SQLAlchemyDataLayer):
             return await super().list_threads(pagination, filters.model_copy(update={"search": None}))
         if not filters.userId:  # no user, no chats: nothing is searched across users
             return page([], pagination)
-        return page(await search_index.found_chats(self, filters.userId, words), pagination)
+        found = page([{"id": i} for i in await search_index.found_chats(self, filters.userId, words)],
+                     pagination)
+        found.data = await search_index.chats(self, [t["id"] for t in found.data])
+        return found
 
 
 async def threads_listed(request: Request, payload: GetThreadsRequest, current_user: UserParam):

@@ -7,13 +7,14 @@ nor PostgreSQL does alike), so the data layer writes a chat's row as it writes t
 (``SearchingLayer``, app/kept/chat_search.py): a step's row from the step as it was stored,
 after each write or deletion of it; the title's after each change of the chat's name.  A
 database from before the index, or with texts folded by an earlier :data:`VERSION`, gets
-them at the first start (:func:`build`), one worker building while the others wait.
+them at the first start (:func:`build`): the supervisor runs this module before the app
+workers start; a worker started otherwise builds it, the others waiting.
 
 A word is found where it is a substring of one text of the chat (a word holds no
 whitespace, so this is the same as in all the chat's texts joined by a newline).  A word of
 three characters or more is looked up in the trigram index (SQLite's FTS5 ``trigram``
-tokenizer, PostgreSQL's pg_trgm) and checked in the text; a shorter one has no trigram, so
-the user's own texts are read.  The words are bound parameters, never SQL: a ``%`` or ``_``
+tokenizer, PostgreSQL's pg_trgm); a shorter one has no trigram, so each chat left is read
+up to its first text that holds it.  The words are bound parameters, never SQL: a ``%`` or ``_``
 is only itself.
 """
 
@@ -29,8 +30,7 @@ from app.conversation.saved_metadata import saved_metadata, step_metadata
 from app.texts import without_figures
 from server import chat_db
 
-# Of the fold and of what is searched: a database whose texts have another is indexed again.
-VERSION = 1
+VERSION = chat_db.SEARCH_INDEX_VERSION  # one more when folded() or searched_text() changes
 TITLE = ""  # the part of a chat's title row; a step's row is the step's id
 TRIGRAM = 3  # characters: a shorter word has nothing to look up in a trigram index
 BATCH = 2000  # steps read and written at a time while the index is built
@@ -44,23 +44,35 @@ WRITE = ('INSERT INTO search_texts ("threadId", "part", "folded") VALUES (:threa
          'ON CONFLICT ("threadId", "part") DO UPDATE SET "folded" = excluded."folded"')
 FORGET_PART = 'DELETE FROM search_texts WHERE "part" = :part'
 FORGET_CHAT = 'DELETE FROM search_texts WHERE "threadId" = :thread'
-FOUND = ('SELECT t."id", t."createdAt", t."name", t."userId", t."userIdentifier", t."tags", '
-         't."metadata" FROM threads t WHERE t."userId" = :user {words} ORDER BY '
+FOUND = ('SELECT t."id" FROM threads t WHERE t."userId" = :user {words} ORDER BY '
          '(SELECT max(s."createdAt") FROM steps s WHERE s."threadId" = t."id") DESC NULLS LAST')
-# One word's chats, {n} its number: by the trigram index, or, for a short word, in the user's texts.
+CHATS = ('SELECT "id", "createdAt", "name", "userId", "userIdentifier", "tags", "metadata" '
+         'FROM threads WHERE "id" IN ({ids})')
+# One word's condition, {n} its number.  By the trigram index: a phrase of the FTS5 trigram
+# tokenizer (case-sensitive) matches exactly the texts that hold it.  A word too short for
+# it is looked for in the chat's texts, up to the first that holds it: short words are mostly
+# common ones, found at once.
 BY_TRIGRAMS = {
-    "sqlite": ('SELECT x."threadId" FROM search_trigrams JOIN search_texts x ON x."n" = '
-               'search_trigrams.rowid WHERE search_trigrams MATCH :m{n} AND instr(x."folded", :w{n}) > 0'),
-    "postgresql": 'SELECT x."threadId" FROM search_texts x WHERE x."folded" LIKE :p{n} ESCAPE \'\\\'',
+    "sqlite": ('AND t."id" IN (SELECT x."threadId" FROM search_trigrams JOIN search_texts x '
+               'ON x."n" = search_trigrams.rowid WHERE search_trigrams MATCH :m{n})'),
+    "postgresql": ('AND t."id" IN (SELECT x."threadId" FROM search_texts x '
+                   'WHERE x."folded" LIKE :p{n} ESCAPE \'\\\')'),
 }
-BY_READING = ('SELECT x."threadId" FROM search_texts x JOIN threads u ON u."id" = x."threadId" '
-              'WHERE u."userId" = :user AND {contains}(x."folded", :w{n}) > 0')
+BY_READING = ('AND EXISTS (SELECT 1 FROM search_texts x WHERE x."threadId" = t."id" '
+              'AND {contains}(x."folded", :w{n}) > 0)')
 CONTAINS = {"sqlite": "instr", "postgresql": "strpos"}
+SEARCHED_TYPES = ("user_message", "assistant_message")
 
 
 def folded(value: str) -> str:
     """Text as it is compared: compatibility forms (full width, ligatures) and case folded."""
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
+
+
+def may_be_searched(step: dict) -> bool:
+    """Whether a write of ``step`` may change its row: not that of a step of another kind (a
+    step's kind never changes), which is most of them."""
+    return step.get("type") in SEARCHED_TYPES or "type" not in step
 
 
 def searched_text(step: dict) -> Optional[str]:
@@ -84,27 +96,37 @@ def phrase(word: str) -> str:
 
 
 def search_query(dialect: str, user_id: str, words: list[str]) -> tuple[str, dict]:
-    """The statement that finds the user's chats holding every word, latest first, and its
-    parameters."""
+    """The statement that finds the ids of the user's chats holding every word, latest
+    first, and its parameters."""
     parameters, conditions = {"user": user_id}, []
     for n, word in enumerate(dict.fromkeys(words)):
-        parameters[f"w{n}"] = word
         if len(word) < TRIGRAM:
-            subquery = BY_READING.format(contains=CONTAINS[dialect], n=n)
+            conditions.append(BY_READING.format(contains=CONTAINS[dialect], n=n))
+            parameters[f"w{n}"] = word
+        elif dialect == "sqlite":
+            conditions.append(BY_TRIGRAMS[dialect].format(n=n))
+            parameters[f"m{n}"] = phrase(word)
         else:
-            subquery = BY_TRIGRAMS[dialect].format(n=n)
-            parameters[f"m{n}" if dialect == "sqlite" else f"p{n}"] = (
-                phrase(word) if dialect == "sqlite" else like_pattern(word))
-        conditions.append(f'AND t."id" IN ({subquery})')
+            conditions.append(BY_TRIGRAMS[dialect].format(n=n))
+            parameters[f"p{n}"] = like_pattern(word)
     return FOUND.format(words=" ".join(conditions)), parameters
 
 
-async def found_chats(layer, user_id: str, words: list[str]) -> list[dict]:
-    """The user's chats holding every word, as Chainlit lists chats (without their steps)."""
+async def found_chats(layer, user_id: str, words: list[str]) -> list[str]:
+    """The ids of the user's chats holding every word, latest first."""
     query, parameters = search_query(layer.engine.dialect.name, user_id, words)
-    rows = await layer.execute_sql(query, parameters)
-    return [{**row, "metadata": saved_metadata(row.get("metadata")), "steps": [], "elements": []}
-            for row in rows or []]
+    return [row["id"] for row in await layer.execute_sql(query, parameters) or []]
+
+
+async def chats(layer, ids: list[str]) -> list[dict]:
+    """The chats of ``ids``, in that order, as Chainlit lists chats (without their steps)."""
+    if not ids:
+        return []
+    names = {f"c{n}": chat_id for n, chat_id in enumerate(ids)}
+    rows = await layer.execute_sql(CHATS.format(ids=", ".join(f":{name}" for name in names)), names)
+    by_id = {row["id"]: {**row, "metadata": saved_metadata(row.get("metadata")), "steps": [], "elements": []}
+             for row in rows or []}
+    return [by_id[chat_id] for chat_id in ids if chat_id in by_id]
 
 
 # --- kept up to date by the data layer ---------------------------------------------------------
@@ -223,3 +245,14 @@ async def _alone(engine, postgres: bool) -> AsyncIterator:
             await db.exec_driver_sql("ROLLBACK")
             raise
         await db.exec_driver_sql("COMMIT")
+
+
+def main() -> None:
+    """``python -m app.kept.search_index ERNIE_CHAT_DB``, as the supervisor runs it before the
+    app workers start: the index built if it is not, its progress on stdout."""
+    written = build(sys.argv[1], lambda line: print(line, flush=True))
+    print(f"search index: {written:,} texts indexed" if written else "search index: up to date")
+
+
+if __name__ == "__main__":
+    main()

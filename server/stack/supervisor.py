@@ -19,6 +19,7 @@ import dataclasses
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from server.errors import ErnieChatError
 from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan.device import resolve_device
 from server.private_files import tighten
-from server.progress import StatusLine
+from server.progress import StatusLine, run_step
 from server.settings import Settings, engine_exposed
 from server.stack import balancer, balancer_runtime, model_tiers, on_demand, restart_control, tls, warmup, watch_loop
 from server.stack.app_tier import AppTier, read_or_create_secret
@@ -213,12 +214,25 @@ class Stack:
         """The Chainlit workers' processes, started without waiting: they need the engine
         only when the first chat opens, so they load while it does."""
         topology = self.topology or self.plan()
+        self.index_search()
         self.metrics = MetricsEndpoint(self.settings) if self.settings.metrics_port else None
         self.apps = AppTier(self.settings, topology.worker_host, topology.worker_ports,
                             self.settings.engine_base_url, self.root, self.log_path, self.out,
                             self.metrics.worker_env if self.metrics else None)
         for worker in self.apps.workers:
             worker.proc.start()
+
+    def index_search(self) -> None:
+        """A saved-chats database from before the search's index gets it here, before any
+        worker starts: its progress on the terminal, and no worker's start-up timeout on it
+        (app/kept/search_index.py)."""
+        if self.settings.chat_db is None:
+            return
+        chat_db.prepare_db(self.settings.chat_db)  # the tables, as the workers will find them
+        if not chat_db.search_index_current(self.settings.chat_db):
+            run_step([sys.executable, "-m", "app.kept.search_index", str(self.settings.chat_db)],
+                     "search index", self.log_path.with_name("search-index.log"), cwd=self.root,
+                     done_message="ready")
 
     def launch_front(self) -> None:
         self.launch_app()

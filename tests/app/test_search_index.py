@@ -14,7 +14,10 @@ from app.kept import search_index
 from app.kept.chat_search import SearchingLayer
 from app.kept.saved_chats import data_layer
 from server import chat_db
+from server.paths import ROOT
+from server.stack.supervisor import Stack
 from tests.support import postgres
+from tests.support.data_life import chat_settings
 from tests.support.search import chat_written, open_searching_layer, titles_found, write_chats
 
 # What a database had before the index: none of these.
@@ -65,12 +68,29 @@ def test_an_edited_or_deleted_message_renamed_or_deleted_chat_is_no_longer_found
     assert len(chats) == 1  # the deleted chat left no row; Kitchen's are there
 
 
-def test_a_database_from_before_the_index_gets_it_at_its_first_start(target, monkeypatch):
+def made_before_the_index(target: str) -> dict[str, str]:
+    """alice's and bob's chats in a database as it was before the index; their ids by title."""
     chat_db.prepare_db(target)
     ids = asyncio.run(write_chats(target))  # without the index: Chainlit's own data layer
     for statement in BEFORE_THE_INDEX:
         run_sql(target, statement)
+    return ids
+
+
+def test_up_indexes_a_database_from_before_the_index_before_its_workers_start(target, tmp_path):
+    made_before_the_index(target)
+    settings = chat_settings(tmp_path, target)
+    Stack(settings, root=ROOT).index_search()
+    assert chat_db.search_index_current(target)
+    log = (settings.log_file.parent / "search-index.log").read_text()
+    assert "search index: 15 texts indexed" in log
+    assert run_sql(target, "SELECT count(*) FROM search_texts") == [(15,)]
+
+
+def test_a_database_from_before_the_index_gets_it_at_its_first_start(target, monkeypatch):
+    ids = made_before_the_index(target)
     chat_db.prepare_db(target)  # as the app starts: the tables, empty
+    assert not chat_db.search_index_current(target)
     monkeypatch.setattr(search_index, "BATCH", 3)
     monkeypatch.setattr(search_index, "PROGRESS_S", 0.0)
     said: list[str] = []
