@@ -54,9 +54,9 @@ CHATS = ('SELECT "id", "createdAt", "name", "userId", "userIdentifier", "tags", 
 # common ones, found at once.
 BY_TRIGRAMS = {
     "sqlite": ('AND t."id" IN (SELECT x."threadId" FROM search_trigrams JOIN search_texts x '
-               'ON x."n" = search_trigrams.rowid WHERE search_trigrams MATCH :m{n})'),
+               'ON x."n" = search_trigrams.rowid WHERE search_trigrams MATCH :t{n})'),
     "postgresql": ('AND t."id" IN (SELECT x."threadId" FROM search_texts x '
-                   'WHERE x."folded" LIKE :p{n} ESCAPE \'\\\')'),
+                   'WHERE x."folded" LIKE :t{n} ESCAPE \'\\\')'),
 }
 BY_READING = ('AND EXISTS (SELECT 1 FROM search_texts x WHERE x."threadId" = t."id" '
               'AND {contains}(x."folded", :w{n}) > 0)')
@@ -103,12 +103,9 @@ def search_query(dialect: str, user_id: str, words: list[str]) -> tuple[str, dic
         if len(word) < TRIGRAM:
             conditions.append(BY_READING.format(contains=CONTAINS[dialect], n=n))
             parameters[f"w{n}"] = word
-        elif dialect == "sqlite":
-            conditions.append(BY_TRIGRAMS[dialect].format(n=n))
-            parameters[f"m{n}"] = phrase(word)
         else:
             conditions.append(BY_TRIGRAMS[dialect].format(n=n))
-            parameters[f"p{n}"] = like_pattern(word)
+            parameters[f"t{n}"] = (phrase if dialect == "sqlite" else like_pattern)(word)
     return FOUND.format(words=" ".join(conditions)), parameters
 
 
