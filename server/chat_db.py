@@ -249,9 +249,11 @@ def prepare_sqlite(path: Path) -> None:
         ) from exc
 
 
-def search_index_current(target) -> bool:
-    """Whether the search's index holds every chat, folded as this version folds."""
-    query = 'SELECT max("version") FROM search_state'
+def search_index_to_build(target) -> bool:
+    """Whether the search's index lacks chats: the database has some, and its texts were not
+    written with this version's fold (none were, before the index)."""
+    query = ('SELECT (SELECT max("version") FROM search_state) AS version, '
+             'EXISTS (SELECT 1 FROM threads) AS chats')
     if is_postgres(str(target)):
         import asyncio
         import threading
@@ -261,16 +263,20 @@ def search_index_current(target) -> bool:
         async def read():
             db = await asyncpg.connect(plain_postgres_url(str(target)), timeout=10)
             try:
-                return await db.fetchval(query)
+                return tuple(await db.fetchrow(query))
             finally:
                 await db.close()
         found: list = []  # or why it could not be read: then the build says so
         worker = threading.Thread(target=lambda: _catch(lambda: found.append(asyncio.run(read())), found))
         worker.start()
         worker.join()
-        return found == [SEARCH_INDEX_VERSION]
-    with sqlite3.connect(target) as db:
-        return db.execute(query).fetchone()[0] == SEARCH_INDEX_VERSION
+    else:
+        with sqlite3.connect(target) as db:
+            found = [tuple(db.execute(query).fetchone())]
+    if not isinstance(found[0], tuple):
+        return True
+    version, chats = found[0]
+    return bool(chats) and version != SEARCH_INDEX_VERSION
 
 
 def data_layer_url(target) -> str:

@@ -5,17 +5,19 @@ search compares them, in the app's own table ``search_texts`` under a trigram in
 The text is folded in Python (:func:`folded`: NFKC and case folding, which neither SQLite
 nor PostgreSQL does alike), so the data layer writes a chat's row as it writes the chat
 (``SearchingLayer``, app/kept/chat_search.py): a step's row from the step as it was stored,
-after each write or deletion of it; the title's after each change of the chat's name.  A
-database from before the index, or with texts folded by an earlier :data:`VERSION`, gets
-them at the first start (:func:`build`): the supervisor runs this module before the app
-workers start; a worker started otherwise builds it, the others waiting.
+after each write or deletion of it (a reply in flight, whose text is saved apart from the
+data layer, app/kept/saved_chats.py, by its first text until Chainlit saves it whole); the
+title's after each change of the chat's name.  A database from before the index, or with
+texts folded by an earlier :data:`VERSION`, gets them at the first start (:func:`build`): the
+supervisor runs this module before the app workers start; a worker started otherwise builds
+it, the others waiting.
 
 A word is found where it is a substring of one text of the chat (a word holds no
 whitespace, so this is the same as in all the chat's texts joined by a newline).  A word of
 three characters or more is looked up in the trigram index (SQLite's FTS5 ``trigram``
 tokenizer, PostgreSQL's pg_trgm); a shorter one has no trigram, so each chat left is read
-up to its first text that holds it.  The words are bound parameters, never SQL: a ``%`` or ``_``
-is only itself.
+up to its first text that holds it.  The words are bound parameters, never SQL: a ``%`` or
+``_`` is only itself.
 """
 
 from __future__ import annotations
@@ -152,7 +154,11 @@ async def forget_chat(layer, thread_id: str) -> None:
 
 # --- built at the first start ------------------------------------------------------------------
 
-def build(target: str, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> int:
+def _to_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # a worker's stderr is its log
+
+
+def build(target: str, say: Callable[[str], None] = _to_log) -> int:
     """Index every chat of ERNIE_CHAT_DB unless it was, with this :data:`VERSION`; the texts
     written.  Run in a thread of its own: the app calls this while its event loop may run."""
     import asyncio
@@ -186,7 +192,8 @@ async def _build(target: str, say: Callable[[str], None]) -> int:
                 return 0
             await db.execute(text("DELETE FROM search_texts"))
             titles = (await db.execute(text('SELECT "id", "name" FROM threads'))).mappings().all()
-            rows = [{"thread": str(t["id"]), "part": TITLE, "folded": folded(t["name"] or "")} for t in titles]
+            rows = [{"thread": str(t["id"]), "part": TITLE, "folded": folded(t["name"] or "")}
+                    for t in titles]
             if rows:
                 await db.execute(text(WRITE), rows)
             written = len(rows) + await _index_steps(db, say)

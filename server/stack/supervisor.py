@@ -229,7 +229,7 @@ class Stack:
         if self.settings.chat_db is None:
             return
         chat_db.prepare_db(self.settings.chat_db)  # the tables, as the workers will find them
-        if not chat_db.search_index_current(self.settings.chat_db):
+        if chat_db.search_index_to_build(self.settings.chat_db):
             run_step([sys.executable, "-m", "app.kept.search_index", str(self.settings.chat_db)],
                      "search index", self.log_path.with_name("search-index.log"), cwd=self.root,
                      done_message="ready")

@@ -81,7 +81,7 @@ def test_up_indexes_a_database_from_before_the_index_before_its_workers_start(ta
     made_before_the_index(target)
     settings = chat_settings(tmp_path, target)
     Stack(settings, root=ROOT).index_search()
-    assert chat_db.search_index_current(target)
+    assert not chat_db.search_index_to_build(target)
     log = (settings.log_file.parent / "search-index.log").read_text()
     assert "search index: 15 texts indexed" in log
     assert run_sql(target, "SELECT count(*) FROM search_texts") == [(15,)]
@@ -90,7 +90,7 @@ def test_up_indexes_a_database_from_before_the_index_before_its_workers_start(ta
 def test_a_database_from_before_the_index_gets_it_at_its_first_start(target, monkeypatch):
     ids = made_before_the_index(target)
     chat_db.prepare_db(target)  # as the app starts: the tables, empty
-    assert not chat_db.search_index_current(target)
+    assert chat_db.search_index_to_build(target)
     monkeypatch.setattr(search_index, "BATCH", 3)
     monkeypatch.setattr(search_index, "PROGRESS_S", 0.0)
     said: list[str] = []

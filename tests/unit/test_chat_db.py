@@ -83,3 +83,18 @@ def test_workers_writing_chat_steps_at_once_lose_none(tmp_path):
     assert done.returncode == 0, done.stderr
     [run] = json.loads(done.stdout)
     assert (run["writes"], run["dropped"]) == (400, 0)
+
+
+def test_the_search_index_is_built_only_where_chats_lack_it(tmp_path):
+    path = str(tmp_path / "chats.db")
+    chat_db.prepare_db(path)
+    assert not chat_db.search_index_to_build(path)  # no chat: nothing to index
+    with sqlite3.connect(path) as db:
+        db.execute("""INSERT INTO threads ("id", "name") VALUES ('t1', 'a chat from before')""")
+    assert chat_db.search_index_to_build(path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO search_state (version) VALUES (?)", (chat_db.SEARCH_INDEX_VERSION - 1,))
+    assert chat_db.search_index_to_build(path)  # folded by an earlier version
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE search_state SET version = ?", (chat_db.SEARCH_INDEX_VERSION,))
+    assert not chat_db.search_index_to_build(path)
