@@ -12,6 +12,7 @@ from typing import Awaitable, Callable, Optional
 import chainlit as cl
 from chainlit.data import get_data_layer
 
+from app import chat_records
 from app.conversation import compare, export
 from app.conversation.admission import COMMAND, Ask, reply_ask, spend_tokens
 from app.conversation.prompt_budget import SLACK_PER_MESSAGE, text_bound
@@ -20,6 +21,7 @@ from app.engine import server_info
 from app.pages import live_page, share_links, share_qr
 from app.texts import text
 from app.worker import ENGINES, HTTP, SETTINGS
+from server.chat_records import SHARE, UNSHARE
 
 STATUS_COMMAND = "/status"
 EXPORT_COMMAND = "/export"
@@ -108,15 +110,18 @@ async def share_chat(on: bool) -> None:
         await notice(text(lang(), "share_needs_db"))
         return
     thread_id = cl.context.session.thread_id
+    environ = cl.context.session.environ or {}
+    address = chat_records.address(environ.get("asgi.scope"))  # the socket's request
     try:
         if not on:
-            await notice(text(lang(), "unshared" if await share_links.unshare(layer, thread_id, user.identifier)
-                              else "unshare_none"))
+            unshared = await share_links.unshare(layer, thread_id, user.identifier)
+            if unshared:
+                chat_records.audit(UNSHARE, user.identifier, address, thread_id)
+            await notice(text(lang(), "unshared" if unshared else "unshare_none"))
             return
-        origin = share_links.origin_for(SETTINGS.public_url,
-                                        (cl.context.session.environ or {}).get("HTTP_ORIGIN"),
-                                        SETTINGS.app_url)
+        origin = share_links.origin_for(SETTINGS.public_url, environ.get("HTTP_ORIGIN"), SETTINGS.app_url)
         share = await share_links.share(layer, thread_id, user.identifier, origin)
+        chat_records.audit(SHARE, user.identifier, address, thread_id)
     except share_links.NothingToShare:
         await notice(text(lang(), "share_nothing"))
         return

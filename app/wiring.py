@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import chainlit as cl
 from chainlit.config import config as chainlit_config
+from chainlit.data import get_data_layer
 
+from app import chat_records
 from app.auth import auth_sessions, login, oidc
 from app.auth.user_limits import user_key
 from app.conversation import in_flight
@@ -50,6 +52,7 @@ if SETTINGS.chat_db is not None:
     chat_db.prepare_db(SETTINGS.chat_db)
     search_index.build(str(SETTINGS.chat_db))  # a database from before the index: once, at its first start
     cl.data_layer(lambda: saved_chats.data_layer(SETTINGS.chat_db, chat_search.SearchingLayer))
+    chat_records.start(lambda: get_data_layer().engine)  # usage and audit rows: the same database
     chat_search.install()
     admitted_steps.install()  # a message is saved, and makes its chat, once admitted
     saved_prompts.install()  # the star on a message and in the composer

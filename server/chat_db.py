@@ -22,7 +22,10 @@ the search's index (app/kept/search_index.py): ``search_texts``, each chat's tit
 folded as the search compares them, under a trigram index (SQLite's FTS5 table
 ``search_trigrams``, kept by triggers; PostgreSQL's pg_trgm), and ``search_state``, the
 version of the fold the texts were written with.  Steps are indexed by chat too (a chat's
-last message orders the list) and chats by user.
+last message orders the list) and chats by user. ``usage_records`` and ``audit_records``: the
+replies' token counts and errors, and who signed in, shared or opened the admin page
+(server/chat_records.py), which every worker of every machine writes, so that the admin
+page's figures are everyone's.
 """
 
 from __future__ import annotations
@@ -35,6 +38,26 @@ from server.errors import ErnieChatError
 from server.private_files import FILE_MODE, tighten
 
 LOG = logging.getLogger(__name__)
+# The app's usage and audit records (server/chat_records.py), in SQLite's types.
+RECORDS = """
+CREATE TABLE IF NOT EXISTS usage_records (
+    "id" INTEGER PRIMARY KEY, "at" TEXT NOT NULL, "name" TEXT NOT NULL, "prompt_tokens" INT,
+    "reply_tokens" INT, "ttft_s" REAL, "tokens_per_s" REAL, "finish_reason" TEXT, "error" TEXT);
+CREATE INDEX IF NOT EXISTS usage_by_time ON usage_records ("at");
+CREATE INDEX IF NOT EXISTS usage_by_name ON usage_records ("name");
+CREATE TABLE IF NOT EXISTS audit_records (
+    "id" INTEGER PRIMARY KEY, "at" TEXT NOT NULL, "action" TEXT NOT NULL, "name" TEXT NOT NULL,
+    "address" TEXT NOT NULL, "detail" TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_by_time ON audit_records ("at");
+CREATE INDEX IF NOT EXISTS audit_by_name ON audit_records ("name");
+"""
+
+
+def postgres_records() -> str:
+    """RECORDS in PostgreSQL's types."""
+    return (RECORDS.replace('"id" INTEGER PRIMARY KEY', '"id" BIGSERIAL PRIMARY KEY')
+            .replace(" REAL", " DOUBLE PRECISION"))
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -86,7 +109,7 @@ CREATE TRIGGER IF NOT EXISTS search_text_changed AFTER UPDATE ON search_texts BE
     VALUES ('delete', old."n", old."folded");
     INSERT INTO search_trigrams (rowid, "folded") VALUES (new."n", new."folded"); END;
 CREATE TABLE IF NOT EXISTS search_state ("version" INTEGER NOT NULL);
-"""
+""" + RECORDS
 
 
 # Chainlit 2.12's step, thread and element dicts, as PostgreSQL columns (UUIDs, JSONB).
@@ -129,7 +152,7 @@ CREATE TABLE IF NOT EXISTS search_texts (
     FOREIGN KEY ("threadId") REFERENCES threads("id") ON DELETE CASCADE);
 CREATE INDEX IF NOT EXISTS search_texts_by_part ON search_texts ("part");
 CREATE TABLE IF NOT EXISTS search_state ("version" INTEGER NOT NULL);
-"""
+""" + postgres_records()
 # The trigram index of the search texts: pg_trgm ships with PostgreSQL (Debian's
 # postgresql-NN package, "contrib" elsewhere) and is a trusted extension from PostgreSQL 13
 # (a database's owner may create it).  Without it the search reads every text of the user.

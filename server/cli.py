@@ -86,6 +86,8 @@ def cmd_revoke_sessions(args: argparse.Namespace) -> int:
     import time
 
     from server.auth_store import open_store
+    from server.chat_records import REVOKE_SESSIONS
+    from server.data_life import audit
     settings = load_settings()
     store = open_store(settings.chat_db, settings.auth_db)
     now = time.time()
@@ -96,12 +98,29 @@ def cmd_revoke_sessions(args: argparse.Namespace) -> int:
         finally:
             await store.close()
     asyncio.run(sign_out())
+    audit.record(settings, REVOKE_SESSIONS, args.name)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
     print(f"Signed {args.name} out everywhere: every login of {args.name} made until {when} is "
           f"refused at its next request or reconnect (recorded in {store.where}). Logging in again works.")
     if args.name not in settings.user_passwords:
         print(f"Note: {args.name} is not in ERNIE_USERS, so none of its logins worked anyway; "
               "they now stay refused if the name is added back.", file=sys.stderr)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """The newest audit records of the chat database, newest first."""
+    from server.data_life import audit
+    from server.errors import BadInput
+    records = audit.recent(load_settings(), args.limit)
+    if records is None:
+        raise BadInput("No audit is kept without saved chats: ERNIE_CHAT_DB is unset (run the "
+                       "command with the settings the stack uses).")
+    for r in records:
+        print(f"{r['at'][:19].replace('T', ' ')}  {r['action']:<15} {r['name'] or '-':<24} "
+              f"{r['address']:<16} {r['detail']}")
+    if not records:
+        print("No audit records yet: the app writes them as people sign in, share and open /admin.")
     return 0
 
 
@@ -373,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "good, also remove it from ERNIE_USERS.")
     revoke.add_argument("name", metavar="NAME", help="the user name, as in ERNIE_USERS")
     revoke.set_defaults(func=cmd_revoke_sessions)
+
+    audit = sub.add_parser("audit", help="the newest audit records: sign-ins, shares, admin views",
+                           description="Prints the chat database's newest audit records (ERNIE_CHAT_DB), "
+                           "newest first: time (UTC), action, user, client address, detail.")
+    audit.add_argument("--limit", type=positive_int, default=50, help="how many (default 50)")
+    audit.set_defaults(func=cmd_audit)
 
     backup = sub.add_parser(
         "backup", help="back up the saved chats, logins and usage into a new folder, while serving",

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -295,27 +296,35 @@ def new_page(browser):
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
 def chatted(request, engine, tmp_path_factory):
-    """An app with login (alice the admin) and saved chats, after bob's and carol's chats:
-    (settings, the tokens, the replies each user saw)."""
+    """An app with login (alice the admin) and saved chats, after bob's and carol's chats (bob
+    shares his first one and takes the link back): (settings of each app, the tokens, the replies
+    each user saw).  On PostgreSQL carol chats on a second app, as on another machine (a usage log
+    of its own)."""
     engine_settings, _ = engine
     tmp = tmp_path_factory.mktemp(f"admin-{request.param}")
     chat_db = tmp / "chats.db" if request.param == "sqlite" else request.getfixturevalue("postgres_server").new_database()
     users = ",".join(f"{n}:{hash_password(p, rounds=4)}" for n, p in USERS.items())
-    for settings in start_app(tmp, engine_url=engine_settings.engine_base_url, ignore_eos=True,
-                              max_tokens=REPLY_TOKENS, chat_db=chat_db, users=users, admins="alice",
-                              usage_log=tmp / "usage.jsonl"):
-        url = settings.app_url
-        tokens = {name: login(url, name) for name in USERS}
+
+    def app(folder: Path):
+        folder.mkdir(exist_ok=True)
+        return contextmanager(start_app)(folder, engine_url=engine_settings.engine_base_url, ignore_eos=True,
+                                         max_tokens=REPLY_TOKENS, chat_db=chat_db, users=users, admins="alice",
+                                         usage_log=folder / "usage.jsonl")
+    with ExitStack() as stack:
+        apps = [stack.enter_context(app(tmp / "first"))]
+        if request.param == "postgres":
+            apps.append(stack.enter_context(app(tmp / "second")))
+        tokens = {name: login(apps[0].app_url, name) for name in USERS}
 
         async def chats():
-            bob = await chat(url, tokens["bob"], ["hello there", "and again"])
-            bob += await chat(url, tokens["bob"], ["a second chat"])
-            carol = await chat(url, tokens["carol"], [XSS, TOO_LONG])
+            bob = await chat(apps[0].app_url, tokens["bob"], ["hello there", "and again", "/share", "/unshare"])
+            bob += await chat(apps[0].app_url, tokens["bob"], ["a second chat"])
+            carol = await chat(apps[-1].app_url, tokens["carol"], [XSS, TOO_LONG])
             return {"bob": bob, "carol": carol}
         # A thread of its own: Playwright's sync API holds this thread's event loop.
         with ThreadPoolExecutor(1) as pool:
             replies = pool.submit(asyncio.run, chats()).result()
-        yield settings, tokens, replies
+        yield apps, tokens, replies
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])

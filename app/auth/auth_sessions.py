@@ -43,7 +43,9 @@ from chainlit.auth.jwt import get_jwt_secret
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security.utils import get_authorization_scheme_param
 
+from app import chat_records
 from server.auth_store import AuthStore, open_store
+from server.chat_records import SIGN_OUT
 from server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -195,5 +197,8 @@ def install(sessions: Sessions, lifetime_s: float) -> None:
 
     @cl.on_logout
     async def revoke_on_logout(request: Request, response: Response) -> dict:
-        await sessions.revoke(get_token_from_cookies(request.cookies) or _bearer(request.headers))
+        token = get_token_from_cookies(request.cookies) or _bearer(request.headers)
+        if (claims := sessions.claims(token)) is not None:
+            chat_records.audit(SIGN_OUT, str(claims.get("identifier", "")), chat_records.address(request.scope))
+        await sessions.revoke(token)
         return {"success": True}

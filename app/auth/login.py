@@ -28,13 +28,14 @@ from typing import Optional
 
 import chainlit as cl
 
-from app import chat_metrics
+from app import chat_metrics, chat_records
 from app.auth import device_cookie
 from app.auth.auth_sessions import Sessions
 from app.auth.device_cookie import DeviceCookies
 from app.auth.login_throttle import LoginThrottle, Policies
 from app.texts import lang_of, text
 from app.web.asgi_headers import send_refusal, with_header
+from server.chat_records import SIGN_IN, SIGN_IN_REFUSED, tried_name
 from server.passwords import check_password, plain_warning
 from server.settings import Settings
 
@@ -69,7 +70,7 @@ class LoginGuard:
             return
         # Behind a proxy on 127.0.0.1, uvicorn already put X-Forwarded-For's address here.
         headers = dict(scope.get("headers") or ())
-        attempt = Attempt(address=(scope.get("client") or ("unknown",))[0],
+        attempt = Attempt(address=chat_records.address(scope),
                           lang=lang_of(headers.get(b"accept-language", b"").decode("latin-1")),
                           device_cookie=device_cookie.from_cookie_header(
                               headers.get(b"cookie", b"").decode("latin-1")))
@@ -108,6 +109,7 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
             log.warning("login refused without a check: too many failures (user %r, address %s, %s)",
                         username[:64], attempt.address, "known device" if device else "new device")
             chat_metrics.login_failed("throttled")
+            chat_records.audit(SIGN_IN_REFUSED, tried_name(username, users), attempt.address, "throttled")
             return None
         await asyncio.sleep(decision.wait_s)
         name = await asyncio.get_running_loop().run_in_executor(_PASSWORD_CHECKS, check_password,
@@ -115,9 +117,11 @@ def make_auth(settings: Settings, throttle: LoginThrottle, cookies: DeviceCookie
         if name is None:
             log.warning("failed login (user %r, address %s)", username[:64], attempt.address)
             chat_metrics.login_failed("password")
+            chat_records.audit(SIGN_IN_REFUSED, tried_name(username, users), attempt.address, "password")
             return None
         await throttle.succeeded(plan)
         attempt.new_device_cookie = cookies.make(name, device)
+        chat_records.audit(SIGN_IN, name, attempt.address, "password")
         return cl.User(identifier=name, metadata=sessions.user_metadata(name))
     return password_auth
 

@@ -36,9 +36,10 @@ import jwt as pyjwt
 from chainlit.oauth_providers import OAuthProvider
 from fastapi import HTTPException
 
-from app import chat_metrics
+from app import chat_metrics, chat_records
 from app.auth.auth_sessions import Sessions
 from app.texts import lang_of, text
+from server.chat_records import SIGN_IN, SIGN_IN_REFUSED
 from server.oidc_discovery import TIMEOUT_S, Endpoints, OidcError, discover
 from server.settings import Settings
 
@@ -180,6 +181,7 @@ class Callback:
     """One return from the provider, as the middleware sees it."""
 
     lang: str
+    address: str = "unknown"  # the client's, for the audit
     refused: Optional[Refused] = None
 
 
@@ -210,7 +212,8 @@ class RefusalPage:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
-        callback = Callback(lang_of(headers.get(b"accept-language", b"").decode("latin-1")))
+        callback = Callback(lang_of(headers.get(b"accept-language", b"").decode("latin-1")),
+                            chat_records.address(scope))
         token = _CALLBACK.set(callback)
         try:
             await self.app(scope, receive, self._answering(callback, send))
@@ -236,13 +239,16 @@ def make_callback(rules: Rules, sessions: Sessions, provider_name: str):
         if provider_id != provider_name:
             return None
         verdict = decide(claims, rules)
+        callback = _CALLBACK.get() or Callback("en")
         if isinstance(verdict, Refused):
             log.warning("refused the sign-in of %r through %s: %s", verdict.name[:64], provider_id,
                         verdict.reason)
             chat_metrics.login_failed("provider_refused")
-            if (callback := _CALLBACK.get()) is not None:
-                callback.refused = verdict
+            callback.refused = verdict
+            # The provider's claim, not a typed name: no password can be in it.
+            chat_records.audit(SIGN_IN_REFUSED, verdict.name, callback.address, "oidc")
             return None
+        chat_records.audit(SIGN_IN, verdict.identifier, callback.address, "oidc")
         return cl.User(identifier=verdict.identifier, display_name=verdict.display_name,
                        metadata=sessions.oidc_metadata(verdict.admin))
     return on_oauth

@@ -15,7 +15,7 @@ from typing import Optional
 import chainlit as cl
 from chainlit.config import config as chainlit_config
 
-from app import chat_metrics
+from app import chat_metrics, chat_records
 from app.conversation import export, in_flight, regenerate, switcher
 from app.conversation.admission import spend_tokens
 from app.conversation.attachments import Attachment, Refused, prompt_with, read_files
@@ -33,7 +33,6 @@ from app.engine.recent_replies import RECENT
 from app.texts import FIGURES_MARK, figures_line, refusal, text
 from app.worker import ENGINES, HTTP, SETTINGS
 from server.engine_state import may_come_back
-from server.usage_log import append_usage
 
 # [features.spontaneous_file_upload] in .chainlit/config.toml; the server counts MiB.
 UPLOADS = chainlit_config.features.spontaneous_file_upload
@@ -195,9 +194,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     STREAMING.finished(stats.tokens_per_s)
     chosen.finished(stats.tokens_per_s)
     chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))
-    if stats.prompt_tokens is not None and stats.completion_tokens is not None:
-        append_usage(SETTINGS.usage_log, stats.prompt_tokens, stats.completion_tokens,
-                     stats.ttft_s, stats.tokens_per_s, stats.finish_reason, stats.stamps(), login_name())
+    chat_records.reply(SETTINGS.usage_log, stats, login_name())
     reply.content = reply_text(Turn(user_text, batcher.text, {"line": line}))
     await switcher.send_reply(conversation, message_id, reply, lang())
 

@@ -33,7 +33,7 @@ from typing import Awaitable, Callable, Optional, Sequence
 import chainlit as cl
 import httpx
 
-from app import chat_metrics
+from app import chat_metrics, chat_records
 from app.conversation.chat_settings import ChatParams, sampling_extra
 from app.conversation.history import Conversation, TooLong, fit
 from app.conversation.math_text import display_text
@@ -43,7 +43,6 @@ from app.engine import server_info, token_count
 from app.engine.model_choice import Engine
 from app.texts import FIGURES_MARK, figures_line, text
 from server.settings import Settings
-from server.usage_log import append_error, append_usage
 
 ELEMENT = "CompareColumns"  # public/elements/CompareColumns.jsx
 # At most ten frames a second for all the columns: each carries every column's text.
@@ -198,14 +197,12 @@ async def _column(engine: Engine, column: Column, question: str, job: Job,
     column.state, column.figures = DONE, figures_line(job.lang, stats, job.params.seed)
     engine.finished(stats.tokens_per_s)
     chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))
-    if stats.prompt_tokens is not None and stats.completion_tokens is not None:
-        append_usage(job.settings.usage_log, stats.prompt_tokens, stats.completion_tokens, stats.ttft_s,
-                     stats.tokens_per_s, stats.finish_reason, stats.stamps(), job.login)
+    chat_records.reply(job.settings.usage_log, stats, job.login)
 
 
 def _failed(column: Column, job: Job, kind: str, note: str) -> None:
     column.state, column.note = FAILED, note
-    append_error(job.settings.usage_log, kind, job.login)
+    chat_records.error(job.settings.usage_log, kind, job.login)
     chat_metrics.error_shown(kind)
 
 

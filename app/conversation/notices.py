@@ -9,11 +9,10 @@ from typing import Optional
 
 import chainlit as cl
 
-from app import chat_metrics
+from app import chat_metrics, chat_records
 from app.engine import engine_client as ec
 from app.texts import lang_of, text
 from app.worker import ENGINES, SETTINGS
-from server.usage_log import append_error
 
 
 def lang() -> str:
@@ -44,7 +43,7 @@ def login_name() -> Optional[str]:
 async def show_error(content: str, kind: str, saved: bool = True) -> None:
     """``kind``: the text's key, counted per day on the admin page and in the app's metrics;
     ``saved=False``: only on the page, never in the saved chat."""
-    append_error(SETTINGS.usage_log, kind, login_name())
+    chat_records.error(SETTINGS.usage_log, kind, login_name())
     chat_metrics.error_shown(kind)
     message = cl.ErrorMessage(content=content)
     message.metadata = {"kind": "error"}  # ErrorMessage takes no metadata argument

@@ -1,12 +1,16 @@
 """The admin page's figures: users, chats, messages, tokens and errors per day (UTC).
 
-Two sources, each summed where it lives:
+Summed where they live:
 
-- the saved chats (ERNIE_CHAT_DB), by one GROUP BY per question on Chainlit's tables, the
-  same SQL on SQLite and PostgreSQL (``createdAt`` is an ISO text in both, so its first
-  ten characters are the UTC day and a text comparison selects the days);
-- the usage log (ERNIE_USAGE_LOG): a line per reply with its token counts and per error
-  shown, each with the login name, read as a stream, in a thread (the caller's).
+- with saved chats (ERNIE_CHAT_DB), everything in the chat database, by one GROUP BY per
+  question, the same SQL on SQLite and PostgreSQL (``createdAt`` and ``at`` are ISO texts in
+  both, so their first ten characters are the UTC day and a text comparison selects the days):
+  messages and chats on Chainlit's tables, replies, tokens and errors on ``usage_records``,
+  which every worker of every machine writes (server/chat_records.py); and the newest
+  ``audit_records``;
+- without, the usage log (ERNIE_USAGE_LOG) of this machine: a line per reply with its token
+  counts and per error shown, each with the login name, read as a stream, in a thread (the
+  caller's).
 
 A user's messages are the ones they sent; their chats, those they sent a message in that
 day; the day's users, those with a message or a reply that day.
@@ -20,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from server.chat_records import AUDIT_SHOWN, ERRORS_SQL, RECENT_AUDIT_SQL, REPLIES_SQL
 from server.usage_log import ERROR, is_error, is_request, lines
 
 DEFAULT_DAYS, MAX_DAYS = 14, 366
@@ -92,10 +97,20 @@ class BusyChat:
 
 
 @dataclass
+class AuditRecord:
+    at: str
+    action: str
+    name: str
+    address: str
+    detail: str
+
+
+@dataclass
 class Report:
     days: list[Day]                 # newest first, every day of the period
     busiest: list[BusyChat]
-    saved_chats: bool               # False: no ERNIE_CHAT_DB, so no chats or messages
+    saved_chats: bool               # False: no ERNIE_CHAT_DB, so no chats, messages or audit
+    audit: list[AuditRecord] = field(default_factory=list)  # newest first
 
     def as_json(self) -> dict:
         return {"days": [{"day": d.day, "users": len(d.users), "chats": d.total("chats"),
@@ -104,7 +119,7 @@ class Report:
                           "reply_tokens": d.total("reply_tokens"), "errors": d.errors,
                           "per_user": [asdict(u) for u in d.users]} for d in self.days],
                 "busiest_chats": [asdict(c) for c in self.busiest],
-                "saved_chats": self.saved_chats}
+                "saved_chats": self.saved_chats, "audit": [asdict(a) for a in self.audit]}
 
 
 @dataclass
@@ -132,13 +147,26 @@ def sum_usage(records: Iterable[Optional[dict]], since: str) -> UsageSums:
     return sums
 
 
+def stored_usage_sums(reply_rows: Iterable[dict], error_rows: Iterable[dict]) -> UsageSums:
+    """The usage of the chat database's sums (server/chat_records.py, REPLIES_SQL and ERRORS_SQL)."""
+    sums = UsageSums()
+    for r in reply_rows:
+        row = sums.per_user.setdefault((r["day"], r["name"]), UserDay(r["name"]))
+        row.replies, row.prompt_tokens = int(r["replies"]), int(r["prompt_tokens"] or 0)
+        row.reply_tokens = int(r["reply_tokens"] or 0)
+    for r in error_rows:
+        sums.per_user.setdefault((r["day"], r["name"]), UserDay(r["name"])).errors += int(r["errors"])
+        sums.errors[r["day"]][r["kind"]] += int(r["errors"])
+    return sums
+
+
 def read_usage_sums(path: Path, since: str) -> UsageSums:
     """Blocking: call in a thread."""
     return sum_usage(lines(path), since) if path.exists() else UsageSums()
 
 
 def report(period: list[str], message_rows: Iterable[dict], busiest_rows: Iterable[dict],
-           usage: UsageSums, saved_chats: bool) -> Report:
+           usage: UsageSums, saved_chats: bool, audit: Iterable[AuditRecord] = ()) -> Report:
     """Both sources, merged per day and user; users by name in each day."""
     rows: dict[tuple[str, str], UserDay] = dict(usage.per_user)
     for r in message_rows:
@@ -148,13 +176,26 @@ def report(period: list[str], message_rows: Iterable[dict], busiest_rows: Iterab
                 dict(sorted(usage.errors.get(day, {}).items()))) for day in period]
     busiest = [BusyChat(r["title"] or "", r["name"] or UNKNOWN_USER, int(r["messages"]),
                         r["last_at"] or "") for r in busiest_rows]
-    return Report(days, busiest, saved_chats)
+    return Report(days, busiest, saved_chats, list(audit))
 
 
-async def chat_rows(engine, since: str) -> tuple[list[dict], list[dict]]:
-    """(messages per day and user, busiest chats) from the saved chats' database."""
+@dataclass
+class Stored:
+    """What the chat database holds for a period."""
+
+    messages: list[dict]
+    busiest: list[dict]
+    usage: UsageSums
+    audit: list[AuditRecord]
+
+
+async def stored(engine, since: str) -> Stored:
+    """The period's figures and the newest audit records, from the chat database."""
     from sqlalchemy import text
+
     async with engine.connect() as db:
-        messages = (await db.execute(text(MESSAGES_SQL), {"since": since})).mappings().all()
-        busiest = (await db.execute(text(BUSIEST_SQL), {"since": since, "limit": BUSIEST})).mappings().all()
-    return [dict(r) for r in messages], [dict(r) for r in busiest]
+        async def rows(query: str, **values) -> list[dict]:
+            return [dict(r) for r in (await db.execute(text(query), values)).mappings().all()]
+        return Stored(await rows(MESSAGES_SQL, since=since), await rows(BUSIEST_SQL, since=since, limit=BUSIEST),
+                      stored_usage_sums(await rows(REPLIES_SQL, since=since), await rows(ERRORS_SQL, since=since)),
+                      [AuditRecord(**r) for r in await rows(RECENT_AUDIT_SQL, limit=AUDIT_SHOWN)])

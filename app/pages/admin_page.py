@@ -4,7 +4,8 @@ Only admins reach it (``auth_sessions.is_admin``: the login put ``role: admin`` 
 user's metadata).  The user is read as every Chainlit route reads it, through the
 session checks of ``app/auth/auth_sessions.py``, so a revoked or stale login is anonymous
 here.  Anonymous gets 401 with a link to the login, a non-admin 403, and with login off
-there is no page (404), each with a sentence why.
+there is no page (404), each with a sentence why.  An admin's view is an audit record, and the
+page shows the newest records (server/chat_records.py).
 
 The page is plain server-rendered HTML with no script, under the chat's
 Content-Security-Policy (``app/web/page_policy.py``); every value in it is escaped: user
@@ -22,10 +23,12 @@ from typing import Optional, Union
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from app import chat_records
 from app.auth.auth_sessions import is_admin
-from app.pages.admin_figures import (MAX_DAYS, BadDays, Day, Report, UNKNOWN_USER, chat_rows, day_range,
-                                     parse_days, read_usage_sums, report)
+from app.pages.admin_figures import (MAX_DAYS, BadDays, Day, Report, UNKNOWN_USER, day_range, parse_days,
+                                     read_usage_sums, report, stored)
 from app.texts import lang_of, text
+from server.chat_records import ADMIN_VIEW, AUDIT_SHOWN
 from server.settings import Settings
 
 PAGE, JSON = "/admin", "/admin.json"
@@ -102,6 +105,19 @@ def busiest_table(lang: str, figures: Report) -> str:
             + "</tbody></table>")
 
 
+def audit_table(lang: str, figures: Report) -> str:
+    """The newest audit records, newest first; with saved chats only (they are kept there)."""
+    if not figures.saved_chats:
+        return ""
+    heads = ["admin_audit_at", "admin_audit_action", "admin_user", "admin_audit_address", "admin_audit_detail"]
+    body = [f'<tr><td>{esc(a.at[:19].replace("T", " "))}</td><td class="text">{esc(a.action)}</td>'
+            f'<td class="text">{esc(a.name)}</td><td class="text">{esc(a.address)}</td>'
+            f'<td class="text">{esc(a.detail)}</td></tr>' for a in figures.audit]
+    return (f'<h2 id="audit">{esc(text(lang, "admin_audit", n=AUDIT_SHOWN))}</h2><table><thead>'
+            + row([esc(text(lang, h)) for h in heads], "th") + "</thead><tbody>" + "".join(body)
+            + "</tbody></table>")
+
+
 def document(lang: str, body: str) -> str:
     return (f'<!doctype html><html lang="{"zh-CN" if lang == "zh" else "en"}"><head>'
             '<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -118,7 +134,8 @@ def page_html(lang: str, figures: Report, days: int) -> str:
         note += f'<p class="muted">{esc(text(lang, "admin_nothing"))}</p>'
     return document(lang, f'<h1>{esc(text(lang, "admin_title"))}</h1><p>{period}</p>{note}'
                     + overview(lang, figures.days) + busiest_table(lang, figures)
-                    + "".join(day_table(lang, d) for d in figures.days if d.users))
+                    + "".join(day_table(lang, d) for d in figures.days if d.users)
+                    + audit_table(lang, figures))
 
 
 def refusal_html(lang: str, refusal: Refusal) -> str:
@@ -146,12 +163,12 @@ async def current_user(request: Request):
 async def figures(settings: Settings, days: int) -> Report:
     period = day_range(dt.datetime.now(dt.timezone.utc).date(), days)
     since = period[-1]
-    usage = await asyncio.to_thread(read_usage_sums, settings.usage_log, since)
-    messages, busiest = [], []
-    if settings.chat_db is not None:
-        from chainlit.data import get_data_layer
-        messages, busiest = await chat_rows(get_data_layer().engine, since)
-    return report(period, messages, busiest, usage, settings.chat_db is not None)
+    if settings.chat_db is None:
+        usage = await asyncio.to_thread(read_usage_sums, settings.usage_log, since)
+        return report(period, [], [], usage, False)
+    from chainlit.data import get_data_layer
+    found = await stored(get_data_layer().engine, since)
+    return report(period, found.messages, found.busiest, found.usage, True, found.audit)
 
 
 async def answer(settings: Settings, request: Request) -> Union[Refusal, tuple[Report, int]]:
@@ -162,6 +179,7 @@ async def answer(settings: Settings, request: Request) -> Union[Refusal, tuple[R
         return Refusal(401, "admin_login_first", {})
     if not is_admin(user):
         return Refusal(403, "admin_not_admin", {"user": user.identifier})
+    chat_records.audit(ADMIN_VIEW, user.identifier, chat_records.address(request.scope), request.url.path)
     raw: Optional[str] = request.query_params.get("days")
     try:
         days = parse_days(raw)

@@ -194,7 +194,13 @@ TEXTS: dict[str, str] = {
     "admin_last": "Last message (UTC)",
     "admin_unknown_user": "(no name)",
     "admin_no_chat_db": "Saved chats are off (ERNIE_CHAT_DB unset): chats and messages are not "
-                        "counted; replies, tokens and errors come from the usage log.",
+                        "counted and no audit is kept; replies, tokens and errors come from this "
+                        "machine's usage log.",
+    "admin_audit": "Audit: the newest {n} records",
+    "admin_audit_at": "Time (UTC)",
+    "admin_audit_action": "Action",
+    "admin_audit_address": "Address",
+    "admin_audit_detail": "Detail",
     "admin_no_login": "There is no admin page: login is off. Set ERNIE_USERS and ERNIE_ADMINS "
                       "(or ERNIE_OIDC_ISSUER and ERNIE_OIDC_ADMIN_GROUP) to who may see it.",
     "admin_login_first": "The admin page is for admins: log in first.",

@@ -147,8 +147,13 @@ TEXTS: dict[str, str] = {
     "admin_title_column": "标题",
     "admin_last": "最后一条消息（UTC）",
     "admin_unknown_user": "（无名称）",
-    "admin_no_chat_db": "未开启对话保存（未设置 ERNIE_CHAT_DB）：不统计对话和消息；"
-                        "回复、token 和错误来自用量日志。",
+    "admin_no_chat_db": "未开启对话保存（未设置 ERNIE_CHAT_DB）：不统计对话和消息，也不保留审计记录；"
+                        "回复、token 和错误来自本机的用量日志。",
+    "admin_audit": "审计：最近 {n} 条记录",
+    "admin_audit_at": "时间（UTC）",
+    "admin_audit_action": "操作",
+    "admin_audit_address": "地址",
+    "admin_audit_detail": "详情",
     "admin_no_login": "没有管理页：登录未开启。请设置 ERNIE_USERS 和 ERNIE_ADMINS（或 ERNIE_OIDC_ISSUER 和 "
                       "ERNIE_OIDC_ADMIN_GROUP）来指定可查看的人。",
     "admin_login_first": "管理页仅供管理员使用：请先登录。",

@@ -6,7 +6,8 @@ everything of theirs, and remove a person who left (``ernie-chat backup``, ``res
 - ``database``: one way to query the chat database and the login store, SQLite or PostgreSQL;
 - ``manifest``: a backup's list of files, their sizes and checksums (pure);
 - ``backup`` and ``restore``: the whole of it, consistent while the stack serves;
-- ``user_data``: one user's data, exported or deleted.
+- ``user_data``: one user's data, exported or deleted;
+- ``audit``: the commands' audit records, and the newest records printed.
 """
 
 from __future__ import annotations

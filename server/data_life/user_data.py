@@ -10,7 +10,11 @@ Theirs are:
   ``messages:user:NAME`` and ``tokens:user:NAME``), their login throttle counts
   (``auth_login_keys``: ``newdev:NAME``, and ``pair:ADDRESS:NAME``, which names where they logged
   in from) and the time they were last signed out everywhere (``auth_signed_out``);
-- the usage log's lines with their name;
+- the usage log's lines with their name, and in the chat database their usage records and the
+  audit records that name them (server/chat_records.py): sign-ins and their addresses, shares,
+  admin page views.  A deletion removes those and writes one audit record of its own, which names
+  them: that a user was deleted, and when, is the operator's record, kept (an export leaves it
+  out, and a later search finds nothing of theirs);
 - without saved chats, the live chats' files (ERNIE_LIVE_CHATS_DIR) that name them.
 
 Logins are signed tokens kept by the browser, not by the server: there is no session row to
@@ -35,11 +39,12 @@ from pathlib import Path
 from typing import Optional
 
 from server.auth_store import LIMIT_KEYS, LOGIN_KEYS, open_store
+from server.chat_records import AUDIT_TABLE, DELETE_USER, USAGE_TABLE
 from server.private_files import FILE_MODE
 from server.settings import Settings
 from server.usage_log import lines as usage_lines
 
-from server.data_life import DataLifeError, NoSuchUser
+from server.data_life import DataLifeError, NoSuchUser, audit
 from server.data_life.database import Database, SqliteDatabase, open_chat_db
 from server.data_life.places import Places, places_of
 
@@ -47,6 +52,8 @@ from server.data_life.places import Places, places_of
 THREADS = ('(SELECT "id" FROM threads WHERE "userIdentifier" = $1 OR "userId" IN '
            '(SELECT "id" FROM users WHERE "identifier" = $1))')
 SIGNED_OUT = "auth_signed_out"
+# The audit records of a user: all that name them but the records of their deletion.
+THEIR_AUDIT = 'WHERE "name" = $1 AND "action" <> $2'
 # Never in an export: what proves a login, or opens a link.
 SECRET_METADATA = ("key", "login")
 JSON_COLUMNS = ("metadata", "generation", "modes", "props", "playerConfig")
@@ -65,6 +72,8 @@ class Found:
     login_rows: list[dict] = field(default_factory=list)
     signed_out_at: Optional[float] = None
     usage: list[dict] = field(default_factory=list)
+    usage_rows: list[dict] = field(default_factory=list)
+    audit_rows: list[dict] = field(default_factory=list)
     live_files: list[Path] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -74,6 +83,7 @@ class Found:
                 "feedback": sum(len(c["feedback"]) for c in self.chats),
                 "shared links": len(self.shares), "limit counts": len(self.limit_rows),
                 "login counts": len(self.login_rows), "usage lines": len(self.usage),
+                "usage records": len(self.usage_rows), "audit records": len(self.audit_rows),
                 "live chat files": len(self.live_files)}
 
     @property
@@ -139,6 +149,11 @@ async def _read_chats(db: Database, found: Found) -> None:
     if "shares" in tables:
         found.shares = await db.fetch(f'SELECT * FROM shares WHERE "userIdentifier" = $1 '
                                       f'OR "threadId" IN {THREADS}', name)
+    if USAGE_TABLE in tables:
+        found.usage_rows = await db.fetch(f'SELECT * FROM {USAGE_TABLE} WHERE "name" = $1 ORDER BY "at", "id"', name)
+    if AUDIT_TABLE in tables:
+        found.audit_rows = await db.fetch(f'SELECT * FROM {AUDIT_TABLE} {THEIR_AUDIT} ORDER BY "at", "id"',
+                                          name, DELETE_USER)
 
 
 def limit_keys(name: str) -> list[str]:
@@ -247,7 +262,7 @@ def export_record(found: Found, version: str, now: float) -> dict:
     return {
         "user": found.name, "exported": _when(now), "project": "ernie-chat", "version": version,
         "account": accounts, "chats": chats, "shared_links": shares,
-        "usage": found.usage,
+        "usage": found.usage, "usage_records": found.usage_rows, "audit_records": found.audit_rows,
         "sessions": {
             "note": "Logins are signed tokens kept by the browser; the server keeps none of them, "
                     "only when the user was last signed out everywhere, failed-login counts by "
@@ -321,6 +336,7 @@ async def _delete(places: Places, name: str) -> dict[str, int]:
         try:
             async with db.transaction():
                 removed.update(await _delete_chats(db, name))
+                removed.update(await _delete_records(db, name))
                 if places.postgres:
                     removed.update(await _delete_login_rows(db, name))
         finally:
@@ -357,6 +373,18 @@ async def _delete_chats(db: Database, name: str) -> dict[str, int]:
             await db.execute("INSERT INTO search_trigrams (search_trigrams) VALUES ('optimize')")
     removed["chats"] = await db.execute(f'DELETE FROM threads WHERE "id" IN {THREADS}', name)
     removed["accounts"] = await db.execute('DELETE FROM users WHERE "identifier" = $1', name)
+    return removed
+
+
+async def _delete_records(db: Database, name: str) -> dict[str, int]:
+    """Their usage and audit records; then the deletion's own audit record."""
+    tables = await db.tables()
+    removed = {}
+    if USAGE_TABLE in tables:
+        removed["usage records"] = await db.execute(f'DELETE FROM {USAGE_TABLE} WHERE "name" = $1', name)
+    if AUDIT_TABLE in tables:
+        removed["audit records"] = await db.execute(f'DELETE FROM {AUDIT_TABLE} {THEIR_AUDIT}', name, DELETE_USER)
+    await audit.write(db, DELETE_USER, name)
     return removed
 
 

@@ -8,8 +8,12 @@ import asyncio
 import datetime as dt
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 import zipfile
+from dataclasses import asdict
 
 import httpx
 import pytest
@@ -18,10 +22,12 @@ from app.kept import search_index
 from server import chat_db
 from server.auth_store import LIMIT_KEYS, LOGIN_KEYS, KeyState, open_store
 from server.data_life import backup, restore, user_data
+from server.chat_records import DELETE_USER, NOT_A_USER, SHARE, SIGN_IN, SIGN_IN_REFUSED
 from server.data_life.places import places_of
+from server.paths import ROOT
 from server.usage_log import append_usage
 from tests.support.admin import login
-from tests.support.data_life import ChatWriter, chat_settings, every_row, write_chat
+from tests.support.data_life import ChatWriter, chat_settings, every_row, write_chat, write_records
 from tests.support.search import CHATS, write_chats
 
 
@@ -58,14 +64,16 @@ async def _shared_thread(target: str, token: str):
 
 
 async def _admin_rows(target: str) -> list[dict]:
-    """The admin page's messages and chats per day and user (app/pages/admin_figures.py)."""
+    """The admin page's figures per day and user (app/pages/admin_figures.py): messages and chats,
+    replies and tokens."""
     from app.kept.saved_chats import data_layer
-    from app.pages.admin_figures import chat_rows
+    from app.pages.admin_figures import stored
     layer = data_layer(target)
     try:
         since = (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=2)).isoformat()
-        messages, _ = await chat_rows(layer.engine, since)
-        return sorted(messages, key=repr)
+        found = await stored(layer.engine, since)
+        usage = [{"day": day, "name": name, **asdict(row)} for (day, name), row in found.usage.per_user.items()]
+        return sorted(found.messages + usage, key=repr)
     finally:
         await layer.engine.dispose()
 
@@ -108,6 +116,7 @@ def test_a_backup_taken_while_chats_are_written_restores_the_chats_links_and_fig
     token = asyncio.run(_share(source.chat_db, ids["Trip planning"], "alice"))
     asyncio.run(_login_state(source, "alice"))
     append_usage(source.usage_log, 5, 7, user="alice")
+    write_records(source.chat_db, ["alice", "alice", "bob"], [(SIGN_IN, "alice")])
 
     with ChatWriter(source.chat_db, "carol", source.usage_log) as writer:
         before = writer.wait_for(10)
@@ -134,7 +143,10 @@ def test_a_backup_taken_while_chats_are_written_restores_the_chats_links_and_fig
         assert all(row in was[table] for row in rows), table
     # The admin page's figures: alice's and bob's the same, carol's as far as the backup went.
     figures = lambda rows: [r for r in rows if r["name"] in ("alice", "bob")]
-    assert figures(asyncio.run(_admin_rows(target.chat_db))) == figures(asyncio.run(_admin_rows(source.chat_db)))
+    restored_figures = figures(asyncio.run(_admin_rows(target.chat_db)))
+    assert restored_figures == figures(asyncio.run(_admin_rows(source.chat_db)))
+    assert sum(r.get("replies", 0) for r in restored_figures) == 3  # the usage records came back
+    assert [r["name"] for r in now["audit_records"]] == ["alice"]
     # The login store (its own SQLite file, or tables of the PostgreSQL database) and the usage log.
     login_rows = now if kind == "postgres" else every_row(str(target.auth_db), False)
     assert {r["name"] for r in login_rows["auth_signed_out"]} == {"someone-who-left"}
@@ -202,17 +214,22 @@ def test_delete_user_leaves_no_row_or_file_of_theirs_and_others_keep_theirs(requ
     asyncio.run(_login_state(settings, "alice"))
     for user in ("carol", "alice", "carol"):
         append_usage(settings.usage_log, 3, 4, user=user)
+    write_records(settings.chat_db, ["carol", "alice", "carol"],
+                  [(SIGN_IN, "carol"), (SHARE, "carol"), (SIGN_IN, "alice"), (SIGN_IN_REFUSED, NOT_A_USER)])
     settings.live_chats_dir.mkdir(mode=0o700)
     (settings.live_chats_dir / "a1.chat").write_text(json.dumps({"user": "carol", "turns": []}))
     (settings.live_chats_dir / "b2.chat").write_text(json.dumps({"user": "alice", "turns": []}))
     search_index.build(str(settings.chat_db), lambda line: None)  # as the app's start indexes the chats
     before = every_row(settings.chat_db, kind == "postgres")
     assert sum("carol" in row["folded"] for row in before["search_texts"]) == 3  # the titles
+    export = user_data.export_record(user_data.find(settings, "carol"), "test", 0)
+    assert len(export["usage_records"]) == 2 and {r["action"] for r in export["audit_records"]} == {SIGN_IN, SHARE}
 
     removed = user_data.delete(settings, "carol")
     assert removed["chats"] == 3 and removed["messages"] == 6 and removed["shared links"] == 1
     assert removed["accounts"] == 1 and removed["usage lines"] == 2 and removed["live chat files"] == 1
     assert removed["limit counts"] == 2 and removed["login counts"] == 2
+    assert removed["usage records"] == 2 and removed["audit records"] == 2
 
     rows = every_row(settings.chat_db, kind == "postgres")
     if kind == "sqlite":
@@ -223,8 +240,13 @@ def test_delete_user_leaves_no_row_or_file_of_theirs_and_others_keep_theirs(requ
             text = json.dumps(row, default=str)
             if table == "auth_signed_out" and row["name"] == "carol":
                 continue  # the sign-out mark: it refuses her tokens (and names nothing else)
+            if table == "audit_records" and row["action"] == DELETE_USER:
+                continue  # the operator's record of the deletion (from the command line)
             assert not any(mark in text for mark in marks), (table, row)
     assert [r["name"] for r in rows["auth_signed_out"] if r["name"] == "carol"] == ["carol"]
+    assert sorted((r["action"], r["name"], r["address"]) for r in rows["audit_records"]) == [
+        (DELETE_USER, "carol", "cli"), (SIGN_IN, "alice", "10.1.2.3"), (SIGN_IN_REFUSED, NOT_A_USER, "10.1.2.3")]
+    assert [r["name"] for r in rows["usage_records"]] == ["alice"]
     # Everyone else's rows are untouched.
     assert _chats_of(rows, {"alice", "bob"}) == _chats_of(before, {"alice", "bob"})
     assert {r["key"] for r in rows[LIMIT_KEYS]} == {"messages:user:alice", "tokens:user:alice"}
@@ -232,6 +254,23 @@ def test_delete_user_leaves_no_row_or_file_of_theirs_and_others_keep_theirs(requ
     assert sorted(p.name for p in settings.live_chats_dir.iterdir()) == ["b2.chat"]
     with pytest.raises(user_data.NoSuchUser, match="Nothing of 'carol'.*alice, bob"):
         user_data.refuse_unknown(user_data.find(settings, "carol"), settings)
+
+
+def test_revoke_sessions_is_audited_and_the_audit_command_prints_it(request, kind, tmp_path):
+    settings = chat_settings(tmp_path, new_target(request, kind, tmp_path))
+    chat_db.prepare_db(settings.chat_db)
+    write_records(settings.chat_db, [], [(SIGN_IN, "alice")])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ERNIE_CHAT_DB": settings.chat_db,
+           "ERNIE_AUTH_DB": str(settings.auth_db), "ERNIE_USERS": "alice:x"}
+
+    def cli(*args: str) -> str:
+        run = subprocess.run([sys.executable, "-m", "server.cli", *args], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+    cli("revoke-sessions", "alice")
+    newest_first = [line.split()[2:5] for line in cli("audit", "--limit", "5").splitlines()]
+    assert newest_first == [["revoke_sessions", "alice", "cli"], ["sign_in", "alice", "10.1.2.3"]]
 
 
 # --- the real app: a deleted user's cookie; an export holds only the user's chats ------------------

@@ -10,7 +10,8 @@ from tests.support.admin import admin_json, USERS, XSS
 
 
 def test_the_page_in_a_browser_shows_a_hostile_title_as_text(chatted, browser, tmp_path):  # noqa: F811
-    settings, tokens, _ = chatted
+    apps, tokens, _ = chatted
+    settings = apps[0]
     admin_json(settings, tokens["alice"])  # every message saved
     context = browser.new_context(viewport={"width": 1000, "height": 700})
     try:

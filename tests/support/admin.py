@@ -40,14 +40,21 @@ async def chat(url: str, token: str, messages: list[str]) -> list[str]:
     return replies
 
 
-def admin_json(settings, token, days="14") -> dict:
-    """The figures once every message is saved: Chainlit writes steps in tasks of their own."""
+MESSAGES = 7  # what the chats of the `chatted` fixture send, its two commands included
+REPLIES = 4
+
+
+def admin_json(settings, token, days="14", until=lambda figures: True) -> dict:
+    """The figures once every message and reply is saved, and ``until`` holds: Chainlit writes
+    steps in tasks of their own, the app its usage and audit records in batches."""
     deadline = time.monotonic() + 30
     while True:
         response = httpx.get(f"{settings.app_url}/admin.json", params={"days": days},
                              cookies={"access_token": token}, timeout=30)
         assert response.status_code == 200, response.text
         figures = response.json()
-        if figures["days"][0]["messages"] >= 5 or time.monotonic() > deadline:
+        today = figures["days"][0]
+        if (today["messages"] >= MESSAGES and today["replies"] >= REPLIES and until(figures)
+                or time.monotonic() > deadline):
             return figures
         time.sleep(0.5)

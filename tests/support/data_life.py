@@ -36,6 +36,27 @@ async def write_chat(layer, user_id: str, name: str, title: str, texts: list[str
     return thread
 
 
+def write_records(target: str, usage: list[str], audit: list[tuple[str, str]]) -> None:
+    """A reply's usage record for each name of ``usage``, and an audit record for each (action,
+    name) of ``audit``, as the app's workers write them (app/chat_records.py)."""
+    from sqlalchemy import text
+
+    from app.kept.saved_chats import data_layer
+    from server.chat_records import INSERT_AUDIT, INSERT_USAGE, audit_row, usage_row
+
+    async def write() -> None:
+        layer = data_layer(target)
+        try:
+            async with layer.engine.begin() as db:
+                for name in usage:
+                    await db.execute(text(INSERT_USAGE), usage_row(name, 3, 4, 0.1, 50.0, "length"))
+                for action, name in audit:
+                    await db.execute(text(INSERT_AUDIT), audit_row(action, name, "10.1.2.3"))
+        finally:
+            await layer.engine.dispose()
+    asyncio.run(write())
+
+
 class ChatWriter:
     """A user who chats without pause in a thread of its own, as an app worker writes: a chat,
     its message and reply, and a usage line, again and again until stopped."""
