@@ -21,6 +21,7 @@ from typing import Optional
 import chainlit as cl
 
 import app.web.chainlit_speed  # noqa: F401  (Chainlit without its 1 ms sleeps, before any message)
+import app.web.socketio_emit  # noqa: F401  (an emit to one chat without a task per frame)
 import app.wiring  # noqa: F401  (the routes, middlewares, login and saved chats, before any chat)
 from app import chat_metrics, commands
 from app.conversation import admission, regenerate, switcher

@@ -83,13 +83,14 @@ class TokenBatcher:
     leaving it sends what is left, whatever ends the block (the end of the reply,
     Stop's cancellation, an error).
 
-    In a crowd whose tokens come faster than its frames, ``add`` returns only when the
-    next frame is due: whatever the stream would hand over meanwhile could not be sent
-    earlier anyway, and not reading lets the engine's events pile up in the socket, to
-    be read in one go instead of waking the chat's task, the HTTP client's read and its
-    timeout scope once per token.  The end of a reply then shows at most that interval
-    late; a chat alone never waits, nor does one whose tokens come one per frame (the
-    wait would only add a timer).
+    In a crowd, ``add`` returns after a frame only when the next frame is due: whatever
+    the stream would hand over meanwhile could not be sent earlier anyway, and not reading
+    lets the engine's events pile up in the socket, to be read in one go (one piece, one
+    JSON call: ``engine_client.stream_reply``) instead of waking the chat's task, the HTTP
+    client's read and the layers above once per token.  The end of a reply then shows at
+    most that interval late; a chat alone, or in a group small enough for the shortest
+    interval, never waits.  (Waiting only after frames of several pieces would wait every
+    other frame: the read after a wait brings everything in one piece.)
     """
 
     def __init__(self, send: Callable[[str], Awaitable[None]], every_s: float = FLUSH_EVERY_S,
@@ -128,7 +129,6 @@ class TokenBatcher:
         self._next_flush = self._last_flush + flush_interval(
             self._streaming.count, len(self.text), self._every_s)
         if self._pending:
-            pieces = len(self._pending)
             chunk = "".join(self._pending)
             self._pending.clear()
             self.text += chunk
@@ -137,8 +137,6 @@ class TokenBatcher:
             # When tokens arrive faster than we read them, the OpenAI stream hands out
             # buffered chunks without ever suspending, and the websocket writer task
             # would not run until the reply ends: the browser would get it all at once.
-            # In a crowd, and when tokens come faster than frames (this one carries more
-            # than one piece), wait for the next frame here (see the class).
+            # In a crowd, wait for the next frame here (see the class).
             crowd = crowd_interval(self._streaming.count, self._every_s)
-            wait = self._active and pieces > 1 and crowd > self._every_s
-            await self._sleep(crowd if wait else 0)
+            await self._sleep(crowd if self._active and crowd > self._every_s else 0)

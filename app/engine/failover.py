@@ -78,10 +78,12 @@ async def when_engine_answers(call: Callable[[], Awaitable[T]], wait_s: float,
             await outage.pause()
 
 
-def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool) -> None:
+def merge(stats: ec.ReplyStats, part: ec.ReplyStats, produced: int, continuation: bool,
+          pieces_before: int = 0) -> None:
     """The reply's figures from those of its latest part: its first token stays the first
     part's, its prompt the one the user's message made (a continuation's prompt holds the
-    reply so far), its reply tokens those of every part."""
+    reply so far), its reply tokens and streamed pieces those of every part."""
+    stats.pieces = pieces_before + part.pieces
     stats.first_token_at = stats.first_token_at or part.first_token_at
     if part.prompt_tokens is not None and stats.prompt_tokens is None:
         stats.prompt_tokens = part.prompt_tokens - produced if continuation else part.prompt_tokens
@@ -124,13 +126,13 @@ async def resilient_reply(
     uncounted = False          # a cut the reply has not yet gone on from
     outage = Outage(wait_s, on_wait)
     while True:
-        part = ec.ReplyStats()
+        part, pieces_before = ec.ReplyStats(), stats.pieces
         try:
             async with aclosing(ec.stream_reply(
                     client, model, request.messages, part, temperature=temperature, top_p=top_p,
                     max_tokens=request.max_tokens, extra_body=request.extra_body or None)) as pieces:
                 async for piece in pieces:
-                    merge(stats, part, produced, from_text)
+                    merge(stats, part, produced, from_text, pieces_before)
                     stats.continued += uncounted
                     uncounted = False
                     if outage.failed_at is not None:  # going again: a later cut is a new outage
@@ -138,7 +140,7 @@ async def resilient_reply(
                     shown += piece
                     yield piece
         except Exception as exc:
-            merge(stats, part, produced, from_text)
+            merge(stats, part, produced, from_text, pieces_before)
             produced = stats.completion_tokens or produced
             step = next_step(ec.error_kind(exc), shown, produced, max_tokens, outage.waited_s(), wait_s)
             if step == "done":
@@ -151,7 +153,7 @@ async def resilient_reply(
                 from_text = uncounted = True
                 request = continuation_request(messages, shown, max_tokens, produced, extra_body)
             continue
-        merge(stats, part, produced, from_text)
+        merge(stats, part, produced, from_text, pieces_before)
         stats.continued += uncounted  # a continuation with nothing more to say still went on
         stats.finished_at = part.finished_at
         return

@@ -75,13 +75,18 @@ class RecentReplies:
         return sum(t.recorded for t in self.tallies.values())
 
     async def track(self, pieces: AsyncIterator[str], stats: ReplyStats, model: str = "") -> AsyncIterator[str]:
-        """Pass a reply of ``model`` through, counting its pieces; record it when it ends."""
+        """Pass a reply of ``model`` through, counting the server's pieces (``stats.pieces``);
+        record it when it ends."""
         tally = self.tallies[model]
         tally.streaming += 1
+        counted = stats.pieces
         try:
             async with aclosing(pieces):  # closed at once when the chat stops reading
                 async for piece in pieces:
-                    tally.pieces += 1
+                    # A piece holds what one read of the stream brought: count the server's
+                    # pieces in it (stats.pieces), tokens at vLLM's default interval.
+                    tally.pieces += stats.pieces - counted
+                    counted = stats.pieces
                     yield piece
         finally:
             tally.streaming -= 1

@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 
-from app.engine.engine_client import ReplyStats, error_kind, make_client, sse_chunk, stream_reply
+from app.engine.engine_client import (ReplyStats, error_kind, make_client, sse_chunk, sse_chunks, sse_payloads,
+                                      stream_reply)
 from server.settings import Settings
 
 
@@ -102,7 +103,7 @@ async def test_a_stream_cut_mid_reply_is_reported_as_cut_not_unreachable():
     server = await stub_engine(cut)
     async with server:
         pieces, error = await read_reply(server)
-    assert pieces == ["word "] * 3          # what came before the cut is kept
+    assert "".join(pieces) == "word " * 3   # what came before the cut is kept
     assert isinstance(error, openai.APIConnectionError) and error_kind(error) == "cut"
 
 
@@ -112,7 +113,7 @@ async def test_a_stream_that_stalls_mid_reply_times_out():
     server = await stub_engine(stall)
     async with server:
         pieces, error = await read_reply(server, read_timeout_s=0.5)
-    assert pieces == ["word "] * 3
+    assert "".join(pieces) == "word " * 3
     assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
 
 
@@ -178,3 +179,45 @@ async def test_the_request_body_carries_the_chat_as_given():
     assert bodies == [{"model": "ernie", "messages": messages, "stream": True, "temperature": 0.7,
                        "top_p": 0.9, "max_tokens": 64, "stream_options": {"include_usage": True},
                        "ignore_eos": True, "seed": 5}]
+
+
+# --- the stream read a read at a time ---------------------------------------------------
+
+def test_payloads_come_from_complete_lines_and_the_rest_waits_for_the_next_read():
+    text = 'data: {"choices": [{"delta": {"content": "\u4e2d"}}]}\n\ndata: [DONE]\n\n'.encode()
+    cut = text.index("\u4e2d".encode()) + 1  # inside the character's three bytes
+    first, rest = sse_payloads(text[:cut])
+    assert first == [] and rest == text[:cut]
+    payloads, rest = sse_payloads(rest + text[cut:])
+    assert rest == b"" and [c["choices"][0]["delta"]["content"] for c in sse_chunks(payloads)] == ["\u4e2d"]
+    assert sse_payloads(b": keep-alive\r\ndata: {\"a\": 1}\r\n\r\nevent: x\n") == ([b'{"a": 1}'], b"")
+
+
+def test_several_payloads_decode_in_order_and_a_bad_one_fails_after_those_before_it():
+    good = [b'{"n": %d}' % i for i in range(3)]
+    assert [c["n"] for c in sse_chunks(good)] == [0, 1, 2]
+    chunks = sse_chunks(good[:2] + [b'{"choices": ['])
+    assert [next(chunks)["n"], next(chunks)["n"]] == [0, 1]
+    with pytest.raises(ValueError):
+        next(chunks)
+    errors = sse_chunks([good[0], b'{"error": {"message": "EngineCore encountered an issue"}}'])
+    assert next(errors)["n"] == 0
+    with pytest.raises(openai.APIError, match="EngineCore"):
+        next(errors)
+
+
+async def test_the_tokens_of_one_read_go_up_as_one_piece_then_an_error_in_it():
+    error = b'data: {"error": {"message": "EngineCore encountered an issue"}}\n\n'
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        body = CHUNK * 3 + error  # one HTTP chunk: one read for the client
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"%x\r\n%s\r\n" % (len(body), body))
+        await writer.drain()
+        await asyncio.sleep(30)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        pieces, failure = await read_reply(server)
+    assert pieces == ["word " * 3]  # shown before the error is raised
+    assert isinstance(failure, openai.APIError) and error_kind(failure) == "cut"

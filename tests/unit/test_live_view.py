@@ -25,12 +25,20 @@ def test_rates_come_from_two_readings_and_close_readings_reuse_the_last():
     assert live.rate("engine", 5, now=20.0) == 0.0             # the counter went back: a restart
 
 
-async def reply(stats, n):
-    """A reply of ``n`` pieces whose first came 250 ms after it was asked for."""
+async def reply(stats, n, per_read=1):
+    """A reply of ``n`` pieces whose first came 250 ms after it was asked for, ``per_read`` of
+    them joined in each text it yields (as stream_reply joins the pieces of one read)."""
     stats.first_token_at = stats.started + 0.25
-    for i in range(n):
-        yield f"w{i} "
+    for i in range(0, n, per_read):
+        stats.pieces += min(per_read, n - i)
+        yield "".join(f"w{k} " for k in range(i, min(n, i + per_read)))
     stats.finished_at, stats.completion_tokens = stats.first_token_at + 1.0, n
+
+
+async def test_track_counts_the_servers_pieces_not_the_texts_passed_up():
+    live, stats = RecentReplies(), ReplyStats(started=100.0)
+    texts = [text async for text in live.track(reply(stats, 10, per_read=4), stats)]
+    assert len(texts) == 3 and live.pieces == 10 and "".join(texts).split() == [f"w{i}" for i in range(10)]
 
 
 async def test_track_counts_pieces_and_records_each_reply_that_began():

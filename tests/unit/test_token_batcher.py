@@ -137,9 +137,9 @@ async def test_replies_inside_the_block_count_as_streaming_and_leave_it_flushed(
     for b in batchers:
         await b.__aexit__(None, None, None)
     assert streaming.count == 0 and sent == ["a", "bc", "d"] and first.frames == 3
-    # After a frame of several pieces inside the block the chat waits for the next (nothing
-    # is read meanwhile); a frame of one piece, or the last one, sent on leaving, does not.
-    assert slept == [0, MAX_EVERY_S, 0]
+    # After a frame inside the block the chat waits for the next (nothing is read meanwhile);
+    # the last one, sent on leaving, does not.
+    assert slept == [MAX_EVERY_S, MAX_EVERY_S, 0]
 
 
 async def test_a_chat_alone_never_waits_between_reads():
