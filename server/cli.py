@@ -442,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     scrape.set_defaults(func=cmd_scrape_config)
 
     from server.loadtest.bench import command as bench  # each tool keeps its own flags
-    from server.loadtest.chat import bench_modes, cpu, qa_load
+    from server.loadtest.chat import bench_modes, qa_load
+    from server.loadtest.lib import cpu
     from server.loadtest.sweep import tune
     from server.loadtest.users import capacity
     bench_modes.add_arguments(bench.add_parser(sub))  # the app measured on bench's load

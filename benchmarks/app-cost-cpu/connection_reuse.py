@@ -24,7 +24,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from server.loadtest.chat.cost import spread  # noqa: E402
-from server.loadtest.chat.cpu import process_cpu_s  # noqa: E402
+from server.loadtest.lib.cpu import process_cpu_s  # noqa: E402
 
 
 async def burst(session: aiohttp.ClientSession, url: str, n: int) -> float:

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from server.loadtest.chat.cost import ProfiledApp, Variant, alternate, parse_env, py_spy, spread  # noqa: E402
-from server.loadtest.chat.cpu import process_cpu_s  # noqa: E402
+from server.loadtest.lib.cpu import process_cpu_s  # noqa: E402
 from server.loadtest.chat.qa_load import make_records  # noqa: E402
 from server.loadtest.lib.chat_socket import ChatSession  # noqa: E402
 

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its CPU sampler
 from crowd_table import chat_rows  # noqa: E402  (this folder's: a gzipped CSV's rows)
 
-from server.loadtest.chat.cpu import busiest, describe, steps, window  # noqa: E402
+from server.loadtest.lib.cpu import busiest, describe, steps, window  # noqa: E402
 
 ROUNDS = Path(__file__).resolve().parent / "h200" / "session-1202g" / "clients-both"
 REPLY_TOKENS = 256

@@ -61,6 +61,11 @@ def test_chats_from_two_client_processes_send_together_and_are_merged(short_repl
     assert code == 0 and result["processes"] == 2 and (s["complete"], s["crossed"]) == (6, 0), s
     runs = {c["tag"].split()[1] for c in result["sessions"]}   # each process tags its own run
     assert len(runs) == 2 and len({c["reply_id"] for c in result["sessions"]}) == 6
+    # The machine's CPU by kind of process, sampled once for the run (not by each client).
+    cpu = result["cpu"]
+    assert cpu["busy_cores"]["app workers"] > 0 and cpu["busy_cores"]["load clients"] > 0, cpu
+    assert cpu["tokens"] == sum(c["reply_tokens"] for c in result["sessions"])
+    assert cpu["cpu_s_per_1k_tokens"]["app workers"] > 0
 
 
 def test_an_app_that_requires_login_is_refused_with_the_reason(saved_chats_app, capsys):

@@ -93,11 +93,17 @@ def test_capacity_finds_users_within_an_objective_its_table_agrees_with(short_re
         assert step["pass"] == within, step
         assert (out / f"users-{step['users']}-try-{step['tries']}" / "replies.csv").exists()
         assert step["tries"] <= 2 and (step["pass"] or step["tries"] == 2)  # a failure is tried twice
+        # Every step's CPU by kind of process: the app worker and vLLM's engine core worked (the
+        # load runs in this test's process, which counts as "other": no load clients here).
+        busy = step["cpu"]["busy_cores"]
+        assert busy["app workers"] > 0 and busy["engine core"] > 0 and busy["other"] > 0, busy
     passed = [s["users"] for s in result["steps"] if s["pass"]]
     failed = [s["users"] for s in result["steps"] if not s["pass"]]
     assert found == max(n for n in passed if not failed or n < min(failed))
     assert (out / "capacity.png").stat().st_size > 10_000
     assert capacity.render_table(result["steps"]).count("\n") == len(result["steps"])
+    assert printed.count("  busy cores, ") == sum(s["tries"] for s in result["steps"])
+    assert "CPU by kind of process, every step" in (out / "report.html").read_text(encoding="utf-8")
 
 
 def test_capacity_shares_each_steps_users_over_client_processes(engine, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from server.loadtest.chat import cpu
+from server.loadtest.lib import cpu
 from server.paths import ROOT
 
 SPIN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
@@ -72,3 +73,46 @@ def test_a_load_client_that_exits_before_the_sampler_stops_still_counts(tmp_path
     second = cpu.window(result["samples"], started)
     assert second["load clients"] > 0.4 * share, share
     assert "busy cores, the busiest second" in printed and "load clients" in printed
+
+
+@pytest.mark.parametrize("signum, to", [(signal.SIGTERM, "parent"), (signal.SIGINT, "group"),
+                                        (signal.SIGTERM, "group")])
+def test_the_sampler_under_a_shell_stops_and_writes_its_result(tmp_path, signum, to):
+    # `; true` keeps bash as the sampler's parent (a lone command would be exec'd in its place).
+    # A SIGINT to that bash alone is not here: bash waits for its child first (cpu.py says so).
+    out = tmp_path / "cpu.json"
+    shell = subprocess.Popen(["bash", "-c", f'"{sys.executable}" -m server.cli cpu-during "{out}"; true'],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert shell.stdout.readline().startswith("sampling")
+    if to == "parent":
+        shell.send_signal(signum)
+    else:
+        os.killpg(shell.pid, signum)
+    printed, _ = shell.communicate(timeout=60)  # the pipe closes once the sampler has exited too
+    result = json.loads(out.read_text())
+    assert result["seconds"] > 0 and result["whole"]["machine"] >= 0
+    assert "busy cores, the whole" in printed
+
+
+def test_a_runs_figures_per_1000_tokens_come_from_its_busy_cores_and_seconds():
+    figures = cpu.run_figures({"cores": 16, "seconds": 10.0, "samples": [],
+                               "whole": {"machine": 8.0, "app workers": 2.0, "API servers": 1.5}})
+    kept = cpu.with_tokens(figures, 50_000)
+    assert kept["cpu_s_per_1k_tokens"]["app workers"] == pytest.approx(0.4)  # 20 CPU-s / 50k tokens
+    assert kept["cpu_s_per_1k_tokens"]["machine"] == pytest.approx(1.6)
+    assert "samples" not in kept and kept["tokens"] == 50_000
+    printed = cpu.render_run(kept)
+    assert "8.0 of 16 (app workers 2.0, API servers 1.5)" in printed
+    assert "CPU-s per 1,000 tokens: 1.600 (app workers 0.400, API servers 0.300)" in printed
+    assert cpu.with_tokens({}, 10) == {} and "not sampled" in cpu.render_run({})
+    assert cpu.per_1k_tokens(figures, 0) == {}
+
+
+def test_the_reports_table_has_a_column_per_kind_seen_in_any_run():
+    first = cpu.with_tokens(cpu.run_figures({"cores": 2, "seconds": 4.0, "whole": {
+        "machine": 1.5, "app workers": 1.0, "other": 0.5}}), 8_000)
+    second = cpu.run_figures({"cores": 2, "seconds": 4.0, "whole": {"machine": 1.0, "engine core": 1.0}})
+    headers, rows = cpu.table([(8, first), (16, second)], "users")
+    assert headers == ["users", "cores", "machine", "engine core", "app workers", "other"]
+    assert rows[0] == ["8", "2", "1.50 (0.750)", "-", "1.00 (0.500)", "0.50 (0.250)"]
+    assert rows[1] == ["16", "2", "1.00", "1.00", "-", "-"]

@@ -129,6 +129,8 @@ def users_result(tmp_path, hostile_url=HOSTILE) -> dict:
 def test_the_users_report_says_pass_first_and_names_the_arrival_rate(tmp_path):
     from server.loadtest.users import report as user_report
     result = users_result(tmp_path)
+    result["cpu"] = {"cores": 2, "seconds": 6.0, "tokens": 60, "busy_cores": {"machine": 1.0, "load clients": 1.0},
+                     "cpu_s_per_1k_tokens": {"machine": 100.0, "load clients": 100.0}}
     paths = user_report.save(result, tmp_path, plots=False)
     assert paths[-1] == tmp_path / "report.html"
     html = paths[-1].read_text(encoding="utf-8")
@@ -136,6 +138,7 @@ def test_the_users_report_says_pass_first_and_names_the_arrival_rate(tmp_path):
     words = page.words
     assert words.index("PASS: 2 users") < words.index("Steady state") and "Poisson, 1 users/s" in words
     assert HOSTILE in words and "<script>alert" not in html
+    assert words.index("Steady state") < words.index("CPU by kind of process") and "1.00 (100.000)" in words
     # Built from the saved JSON alone.
     again = user_report.html_report(json.loads((tmp_path / "summary.json").read_text()), tmp_path)
     assert again.read_text(encoding="utf-8") == html
@@ -146,6 +149,8 @@ def test_the_capacity_report_gives_the_users_found_first(tmp_path):
     steps = [{"users": n, "ttft_ms_p50": 100.0, "ttft_ms_p99": 300.0 * n, "user_tokens_per_s_p10": 20.0,
               "user_tokens_per_s_p50": 25.0, "replies_per_s": 1.0, "errors": 0, "pass": n <= 2,
               "why": "" if n <= 2 else f"TTFT p99 {HOSTILE}", "tries": 1} for n in (1, 2, 4)]
+    steps[1]["cpu"] = {"cores": 16, "seconds": 70.0, "tokens": 7000, "busy_cores": {
+        "machine": 2.5, "app workers": 1.5, "other": 1.0}, "cpu_s_per_1k_tokens": {"app workers": 15.0}}
     result = {"kind": "ernie-chat capacity", "through": "engine", "url": HOSTILE,
               "objective": {"ttft_p99_ms": 1000.0, "tokens_per_s": 10.0},
               "user_model": {"think_s": 5, "ramp_s": 10, "window_s": 70, "seed": 0},
@@ -157,6 +162,9 @@ def test_the_capacity_report_gives_the_users_found_first(tmp_path):
     words = page.words
     assert words.index("2 users within the objective") < words.index("Every step")
     assert "FAIL: TTFT p99" in words and "<script>alert" not in html and 'verdict ok' in html
+    # The CPU by kind of process, for the steps that were sampled: busy cores (CPU-s per 1,000 tokens).
+    assert words.index("Every step") < words.index("CPU by kind of process, every step")
+    assert "1.50 (15.000)" in words and "1.00" in words
 
 
 def test_the_tune_report_gives_the_point_chosen_first(tmp_path):

@@ -272,9 +272,9 @@ def test_a_search_going_below_its_client_processes_runs_each_step_with_at_most_o
         steady = {"replies": 5, "ttft_ms_p50": 100.0, "ttft_ms_p99": 5000.0,  # every step fails
                   "user_tokens_per_s_p10": 30.0, "user_tokens_per_s_p50": 40.0,
                   "replies_per_s": 1.0, "tokens_per_s": 30.0}
-        return {"summary": {"steady": steady, "lost": 0, "errors": 0, "crossed": 0}}
+        return {"summary": {"steady": steady, "lost": 0, "errors": 0, "crossed": 0}, "cpu": {}}
 
-    monkeypatch.setattr(capacity, "run_user_load", fake_load)
+    monkeypatch.setattr(capacity, "sampled_user_load", fake_load)
     monkeypatch.setattr(capacity.user_report, "save", lambda *a, **k: [])
     monkeypatch.setattr(capacity, "SETTLE_S", 0.0)
     rows = asyncio.run(capacity.search(None, Objective(), UserModel(users=1), ["a"], start=8,

@@ -42,7 +42,8 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     cost.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
                       help="an environment variable for the baseline app (repeatable)")
     cost.add_argument("--profile", action="store_true",
-                      help="also record a py-spy flame graph per app and number of chats")
+                      help="also record a py-spy profile per app and number of chats (collapsed "
+                           "stacks and the top functions)")
     cost.add_argument("--label", default="this checkout", help="a name for the app measured")
     bench.set_defaults(func=partial(cmd_app_modes, bench.get_default("func")))
 

@@ -15,8 +15,10 @@ process an environment variable (e.g. ``UVICORN_WS_PER_MESSAGE_DEFLATE=false``).
 ``--baseline-root DIR`` (and ``--baseline-env``) starts a second app, e.g. main's, and
 runs the two in alternating order (A B B A), so a change in the machine's load, which on a shared
 2-core box moves the figure by +-30 %, hits both alike; the ratio of paired runs is
-printed.  ``--profile`` records one py-spy flame graph per app and level (py-spy slows
-the process it samples, so those runs are not among the measured ones).
+printed.  ``--profile`` records one py-spy profile per app and level (py-spy slows the
+process it samples, so those runs are not among the measured ones): its collapsed stacks
+(``profile-<app>-<chats>-chats.txt``, for flamegraph.pl or speedscope) and the functions
+that held the CPU most, by their own samples and with what they called (``...-top.txt``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from pathlib import Path
 from statistics import fmean, pstdev
 from typing import Iterator, Optional
 
-from server.loadtest.chat.cpu import process_cpu_s
-from server.loadtest.chat.qa_load import render, run_load
+from server.loadtest.lib.cpu import process_cpu_s
+from server.loadtest.chat.qa_load import render, run_load, streamed_tokens
 from server.loadtest.lib.chat_socket import DEFAULT_PROMPTS
 from server.loadtest.lib.config import BenchError
 
@@ -157,29 +159,27 @@ class ProfiledApp:
         return self.worker.url
 
 
-def reply_tokens(result: dict) -> int:
-    return sum(c["reply_tokens"] or 0 for c in result["sessions"] if c["complete"])
-
-
 def measured_run(app: ProfiledApp, sessions: int) -> tuple[CostRun, dict]:
     before = process_cpu_s(app.pid)
     result = asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), sessions, RUN_TIMEOUT_S))
     cpu = process_cpu_s(app.pid) - before
     s = result["summary"]
-    run = CostRun(sessions, cpu, reply_tokens(result), s["wall_s"], s["complete"],
+    run = CostRun(sessions, cpu, streamed_tokens(result), s["wall_s"], s["complete"],
                   s["ttft_ms"]["median"], s["ttft_ms"]["p99"])
     return run, result
 
 
 @contextmanager
-def py_spy(pid: int, output: Path, fmt: str = "flamegraph", rate: int = 200) -> Iterator[None]:
+def py_spy(pid: int, output: Path, fmt: str = "flamegraph", rate: int = 200, gil: bool = False) -> Iterator[None]:
     """``py-spy record`` of process ``pid`` while the block runs; its profile goes to ``output``
-    (``fmt``: py-spy's ``flamegraph``, or ``raw`` collapsed stacks)."""
+    (``fmt``: py-spy's ``flamegraph``, or ``raw`` collapsed stacks); ``gil``: only the thread
+    that holds the interpreter (what the event loop and its callbacks cost, not the threads
+    that wait in a system call)."""
     binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(binary).exists():
         raise BenchError("--profile needs py-spy (pip install --no-deps py-spy==0.4.3).")
     spy = subprocess.Popen([binary, "record", "--pid", str(pid), "--rate", str(rate),
-                            "--output", str(output), "--format", fmt],
+                            "--output", str(output), "--format", fmt] + (["--gil"] if gil else []),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         time.sleep(1.0)  # py-spy attaches
@@ -191,10 +191,47 @@ def py_spy(pid: int, output: Path, fmt: str = "flamegraph", rate: int = 200) -> 
         raise BenchError(f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}")
 
 
-def profile_run(app: ProfiledApp, sessions: int, svg: Path) -> None:
-    """One burst under ``py-spy record``; the flame graph goes to ``svg``."""
-    with py_spy(app.pid, svg):
+def profile_run(app: ProfiledApp, sessions: int, stacks: Path) -> None:
+    """One burst under ``py-spy record``: collapsed stacks to ``stacks``, the top functions
+    beside it (``-top.txt``)."""
+    with py_spy(app.pid, stacks, "raw", gil=True):
         asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), sessions, RUN_TIMEOUT_S))
+    stacks.with_name(stacks.stem + "-top.txt").write_text(render_top(top_frames(stacks.read_text())) + "\n")
+
+
+def frame_name(frame: str) -> str:
+    """A py-spy frame, ``function (file:line)``, without its line: one row per function."""
+    name, sep, where = frame.rpartition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0].rstrip(')')})" if sep else frame
+
+
+def top_frames(collapsed: str, count: int = 25) -> dict:
+    """From py-spy's collapsed stacks (``f1;f2;...;fN samples`` per line): the functions with
+    the most samples of their own and with the most samples in all (themselves or below),
+    each as a share of all samples."""
+    own: dict[str, int] = {}
+    inside: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack or not samples.isdigit():
+            continue
+        frames = [frame_name(f) for f in stack.split(";")]
+        n = int(samples)
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            inside[frame] = inside.get(frame, 0) + n
+    share = lambda table: [(name, n / total) for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:count]]
+    return {"samples": total, "own": share(own) if total else [], "inside": share(inside) if total else []}
+
+
+def render_top(top: dict) -> str:
+    lines = [f"{top['samples']} samples (py-spy, CPU only)", "", "own samples:"]
+    lines += [f"  {100 * s:5.1f} %  {name}" for name, s in top["own"]]
+    lines += ["", "with what they called:"]
+    lines += [f"  {100 * s:5.1f} %  {name}" for name, s in top["inside"]]
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -240,7 +277,7 @@ def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: 
             asyncio.run(run_load(app.url, list(DEFAULT_PROMPTS), WARMUP_SESSIONS, RUN_TIMEOUT_S))
         for sessions in levels:
             for i, variant in enumerate(variants if profile else []):
-                profile_run(apps[variant.label], sessions, out_dir / f"profile-{i}-{sessions}-chats.svg")
+                profile_run(apps[variant.label], sessions, out_dir / f"profile-{i}-{sessions}-chats.txt")
             for n, variant in enumerate(alternate(variants, repetitions)):
                 cost, result = measured_run(apps[variant.label], sessions)
                 print(render(result), file=sys.stderr)
@@ -257,7 +294,7 @@ def run(engine_url: str, levels: tuple[int, ...], output_len: int, repetitions: 
     result = {"kind": "ernie-chat app-cost", "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "engine_url": engine_url, "output_len": output_len,
               "variants": [{"label": v.label, "app_root": str(v.root), "app_env": v.env,
-                            "profile": f"profile-{i}-<chats>-chats.svg" if profile else None}
+                            "profile": f"profile-{i}-<chats>-chats.txt" if profile else None}
                            for i, v in enumerate(variants)],
               "summary": summaries,
               "runs": {label: [{**asdict(r), "cpu_s_per_1k_tokens": r.cpu_s_per_1k_tokens}

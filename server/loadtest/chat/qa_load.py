@@ -55,12 +55,13 @@ import os
 import secrets
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from server.loadtest.chat import processes as qa_processes
-from server.loadtest.lib import chat_record
+from server.loadtest.lib import chat_record, cpu
 from server.loadtest.lib.chat_record import SessionRecord, count_crossed
 from server.loadtest.lib.chat_socket import ChatSession, QaLoadError, check_app, read_prompts
 from server.loadtest.lib.load_args import add_model_argument, chat_profile
@@ -184,6 +185,11 @@ def merge(results: list[dict], url: str) -> dict:
             "sessions": [r.as_dict() for r in records]}
 
 
+def streamed_tokens(result: dict) -> int:
+    """Reply tokens of the complete replies, each as its figures line counted them."""
+    return sum(c["reply_tokens"] or 0 for c in result["sessions"] if c["complete"])
+
+
 # --- results ----------------------------------------------------------------------------
 
 def render(result: dict) -> str:
@@ -201,6 +207,8 @@ def render(result: dict) -> str:
         f"total ms  p50 {ms(s['total_ms'], 'median')}  p99 {ms(s['total_ms'], 'p99')}",
     ]
     lines += [f"  {n} x {reason}" for reason, n in s["error_reasons"].items()]
+    if "cpu" in result:
+        lines.append(cpu.render_run(result["cpu"]))
     lines.append("PASS" if s["ok"] else "FAIL")
     return "\n".join(lines)
 
@@ -250,15 +258,18 @@ def cmd_qa_load(args: argparse.Namespace) -> int:
         if args.users is not None:
             from server.loadtest.users import load as user_load
             return user_load.cmd_users(args, url, prompts, cookie, profile)
-        if args.processes != 1:
-            results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
-                                                             args.timeout_s, args.prompts_file, cookie,
-                                                             args.model))
-            result = merge(results, url)
-        else:
-            result = asyncio.run(run_load(url, prompts, args.sessions, args.timeout_s,
-                                          qa_processes.wait_until_sent if args.send_on_stdin else None,
-                                          cookie, profile))
+        # A client process of another run (--send-on-stdin) leaves the sampling to that run.
+        with nullcontext({}) if args.send_on_stdin else cpu.sampled() as figures:
+            if args.processes != 1:
+                results = asyncio.run(qa_processes.run_processes(url, args.sessions, args.processes,
+                                                                 args.timeout_s, args.prompts_file, cookie,
+                                                                 args.model))
+                result = merge(results, url)
+            else:
+                result = asyncio.run(run_load(url, prompts, args.sessions, args.timeout_s,
+                                              qa_processes.wait_until_sent if args.send_on_stdin else None,
+                                              cookie, profile))
+        result["cpu"] = cpu.with_tokens(figures, streamed_tokens(result))
     except (QaLoadError, OSError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2

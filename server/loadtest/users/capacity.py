@@ -33,12 +33,13 @@ from typing import Optional
 
 from server.engine_key import engine_key
 from server.errors import LoadTestError
+from server.loadtest.lib import cpu
 from server.loadtest.lib.chat_socket import read_prompts
 from server.loadtest.lib.html_report import Report
 from server.loadtest.lib.load_args import add_model_argument, chat_profile, results_folder, served_model
 from server.loadtest.users import report as user_report
 from server.loadtest.users.chats import PATHS, Target
-from server.loadtest.users.load import run_user_load
+from server.loadtest.users.load import sampled_user_load
 from server.loadtest.users.model import MAX_USERS, UserModel
 
 SETTLE_S = 2.0  # between steps: the engine finishes aborting what the last step left
@@ -133,11 +134,12 @@ async def search(target: Target, objective: Objective, base: UserModel, prompts:
                           seed=base.seed)
         for attempt in range(1 + retries):
             # A search whose first step fails goes down to one user: never more processes than users.
-            result = await run_user_load(target, model, prompts, f"capacity {users} users",
-                                         min(processes, users))
+            result = await sampled_user_load(target, model, prompts, f"capacity {users} users",
+                                             min(processes, users))
             user_report.save(result, out_dir / f"users-{users}-try-{attempt + 1}", plots=False)
-            row = {**step_row(users, result["summary"], objective), "tries": attempt + 1}
-            print(render_table([row]).splitlines()[-1], flush=True)
+            row = {**step_row(users, result["summary"], objective), "tries": attempt + 1,
+                   "cpu": result["cpu"]}
+            print(render_table([row]).splitlines()[-1] + "\n" + cpu.render_run(row["cpu"]), flush=True)
             await asyncio.sleep(SETTLE_S)
             if row["pass"]:
                 break
@@ -193,6 +195,9 @@ def html_report(result: dict, out_dir: Path) -> Path:
                  fmt(r["replies_per_s"], 2), r["errors"], r.get("tries", 1),
                  "pass" if r["pass"] else f"FAIL: {r['why']}"]
                 for r in sorted(result["steps"], key=lambda r: r["users"])])
+    sampled = [(r["users"], r["cpu"]) for r in sorted(result["steps"], key=lambda r: r["users"]) if r.get("cpu")]
+    if sampled:
+        page.table("CPU by kind of process, every step", *cpu.table(sampled, "users"), note=cpu.TABLE_NOTE)
     page.images("Plot", [out_dir / "capacity.png"])
     return page.write(out_dir)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
+from server.loadtest.lib import cpu
 from server.loadtest.lib.kills import Kill, KillError, find, parse_kill, run_kills
 from server.loadtest.lib.load_args import results_folder
 from server.loadtest.users import processes as user_processes
@@ -55,6 +56,15 @@ async def run_user_load(target: Target, model: UserModel, prompts: list[str],
         killing.cancel()
     if kills:
         result["kills"] = await killing if killing.done() and not killing.cancelled() else []
+    return result
+
+
+async def sampled_user_load(target: Target, model: UserModel, prompts: list[str], label: str = "users",
+                            processes: int = 1, kills: Sequence[Kill] = ()) -> dict:
+    """:func:`run_user_load`, with the machine's CPU by kind of process over the run (``cpu``)."""
+    with cpu.sampled() as figures:
+        result = await run_user_load(target, model, prompts, label, processes, kills)
+    result["cpu"] = cpu.with_tokens(figures, sum(r["tokens"] or 0 for r in result["replies"]))
     return result
 
 
@@ -114,7 +124,7 @@ def cmd_users(args, url: str, prompts: list[str], cookie: str = "", chat_profile
     from server.loadtest.users import report as user_report
     target = Target("app", url.rstrip("/"), cookie=cookie, own_addresses=args.own_addresses,
                     chat_profile=chat_profile)
-    result = asyncio.run(run_user_load(target, user_model(args, args.users),
+    result = asyncio.run(sampled_user_load(target, user_model(args, args.users),
                                        prompts, "qa-load", args.processes, args.kill))
     print(user_report.render(result))
     for path in user_report.save(result, results_folder(args.out),

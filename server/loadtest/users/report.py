@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from server.loadtest.lib import cpu
 from server.loadtest.lib.chat_record import SessionRecord, count_crossed
 from server.loadtest.lib.html_report import Report
 from server.loadtest.users.model import ReplyRecord, UserModel, UserRecord, UsersRun
@@ -63,6 +64,8 @@ def render(result: dict) -> str:
         f"{st['replies_per_s']:.2f} replies/s, {st['tokens_per_s']:.0f} tokens/s",
     ]
     lines += [f"  {n} x {reason}" for reason, n in s["error_reasons"].items()]
+    if "cpu" in result:
+        lines.append(cpu.render_run(result["cpu"]))
     lines.append("PASS" if s["ok"] else "FAIL")
     return "\n".join(lines)
 
@@ -120,6 +123,8 @@ def html_report(result: dict, out_dir: Path) -> Path:
                  fmt(st["user_tokens_per_s_p10"], 1), fmt(st["user_tokens_per_s_p50"], 1),
                  fmt(st["replies_per_s"], 2), fmt(st["tokens_per_s"])]])
     page.text("Errors", [f"{n} x {reason}" for reason, n in s["error_reasons"].items()], warn=True)
+    if result.get("cpu"):
+        page.table("CPU by kind of process", *cpu.table([("the run", result["cpu"])]), note=cpu.TABLE_NOTE)
     page.images("Timeline", [out_dir / "timeline.png"])
     page.pre("As printed", render(result))
     return page.write(out_dir)

@@ -1,7 +1,13 @@
 """Processes' CPU from /proc: one process's (the app's, for ``bench --app-cost``), and the
-machine's by kind of process while a load runs (``ernie-chat cpu-during``).
+machine's by kind of process while a load runs (``ernie-chat cpu-during``; ``qa-load`` and
+``capacity`` run it around every run or step: :func:`sampled`).
 
     ernie-chat cpu-during OUT.json &  ...the load: qa-load, capacity, bench...  ; kill -INT $!
+
+The signal must reach the sampler itself (its PID, or its process group): a shell that waits
+for it, as ``bash -c '... cpu-during ...'`` does, keeps a SIGINT to itself (bash waits for its
+child first), and one killed by SIGTERM leaves its children running. So the sampler also stops,
+and writes its samples, when its parent dies (Linux's parent-death signal).
 
 Until it is interrupted the sampler reads, every 50 ms (~57 ms with the reading itself), how
 much CPU each process used (/proc/PID/stat), grouped by what the process is (its command line:
@@ -24,21 +30,33 @@ crowd.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
+import subprocess
+import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 # vLLM's /proc figures are in clock ticks.
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # The sampler's period: steps of 100 ms in a burst still span two samples.
 PERIOD_S = 0.05
+# qa-load's and capacity's sampler reports whole runs: a slower one costs the machine less
+# (one pass over /proc takes a few ms of CPU with a few hundred processes).
+RUN_PERIOD_S = 0.5
+# prctl(2)'s option that sends the process a signal when its parent exits.
+PR_SET_PDEATHSIG = 1
 # Checked in order against a process's command line (vLLM sets its processes' titles).
 GROUPS = (("engine core", "EngineCore"), ("engine workers", "VLLM::Worker"),
           ("API servers", "APIServer"), ("API servers", "vllm_serve"), ("supervisor", "server.cli up"),
           ("app workers", "app.serve"), ("app workers", "chainlit run"), ("balancer", "haproxy"),
           ("load clients", "server.cli qa-load"), ("load clients", "server.cli bench"),
+          ("load clients", "server.cli capacity"),
           ("load clients", "server.loadtest."))
 
 
@@ -142,29 +160,126 @@ def describe(figures: dict, label: str, of: int) -> str:
 def add_parser(sub) -> None:
     cpu = sub.add_parser(
         "cpu-during", help="the machine's CPU by kind of process while a load runs",
-        description="Sample every process's CPU (/proc) every 50 ms until interrupted (SIGINT or "
-        "SIGTERM), grouped by what it runs (engine, API servers, app workers, balancer, load "
-        "clients); then write the samples to OUT and print the busy cores, by group, in the "
-        "busiest second and over the whole run.")
+        description="Sample every process's CPU (/proc) every 50 ms until interrupted (SIGINT, "
+        "SIGTERM or SIGHUP to its PID or process group, or its parent's end), grouped by what it "
+        "runs (engine, API servers, app workers, balancer, load clients); then write the samples "
+        "to OUT and print the busy cores, by group, in the busiest second and over the whole run.")
     cpu.add_argument("out", type=Path, metavar="OUT.json", help="where the samples go")
+    cpu.add_argument("--period-s", type=float, default=PERIOD_S,
+                     help=f"seconds between samples (default {PERIOD_S:g})")
     cpu.set_defaults(func=cmd_cpu_during)
 
 
+def stop_with_parent() -> None:
+    """SIGTERM when the parent exits (Linux; elsewhere nothing): a shell killed around the
+    sampler takes it down cleanly, its samples written, instead of leaving it running."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+
+
 def cmd_cpu_during(args: argparse.Namespace) -> int:
+    if not 0.01 <= args.period_s <= 60:
+        print("ERROR: --period-s must be between 0.01 and 60.", file=sys.stderr)
+        return 2
     samples: list[dict] = []
     processes = Processes()
     stop = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.append(True))
-    # The first line says the sampler is running: a script starts its load after it.
-    print(f"sampling every {PERIOD_S * 1000:.0f} ms until interrupted", flush=True)
-    while not stop:
-        samples.append(sample(processes))
-        time.sleep(PERIOD_S)
+    stop_with_parent()
     samples.append(sample(processes))
+    # The first line says the sampler is running, its first sample taken: a script starts its
+    # load after it, and a signal at once still leaves two samples (the last is taken on it).
+    print(f"sampling every {args.period_s * 1000:.0f} ms until interrupted", flush=True)
+    while not stop:
+        time.sleep(args.period_s)
+        samples.append(sample(processes))
+    if len(samples) < 2:  # stopped before its second
+        samples.append(sample(processes))
     result = summary(samples)
     args.out.write_text(json.dumps({**result, "samples": samples}))
     if result:
         print(describe(result["busiest_1s"], "the busiest second", result["cores"]))
         print(describe(result["whole"], f"the whole {result['seconds']:.1f} s", result["cores"]))
     return 0
+
+
+# --- around a run of qa-load or capacity ------------------------------------------------------
+
+@contextmanager
+def sampled(period_s: float = RUN_PERIOD_S) -> Iterator[dict]:
+    """The machine's CPU by kind of process while the block runs, from a ``cpu-during`` child
+    (a process of its own: a thread would take the load client's interpreter lock, and its
+    timings with it). The dict given is filled once the block ends: :func:`run_figures`'s
+    keys, or nothing where the sampler wrote no result."""
+    from server.paths import ROOT
+    figures: dict = {}
+    with tempfile.TemporaryDirectory(prefix="cpu-during-") as folder:
+        out = Path(folder) / "cpu.json"
+        child = subprocess.Popen([sys.executable, "-m", "server.cli", "cpu-during", str(out),
+                                  "--period-s", str(period_s)], cwd=ROOT, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            child.stdout.readline()  # "sampling ...": it has started (or failed: no result)
+            yield figures
+        finally:
+            child.send_signal(signal.SIGINT)
+            child.communicate(timeout=60)
+        if out.is_file():
+            figures.update(run_figures(json.loads(out.read_text())))
+
+
+def run_figures(result: dict) -> dict:
+    """A sampler's result without its samples: the machine's cores, the seconds sampled, the
+    busy cores of each kind of process and their sum (``machine``)."""
+    if not result.get("whole"):
+        return {}
+    return {"cores": result["cores"], "seconds": result["seconds"], "busy_cores": result["whole"]}
+
+
+def per_1k_tokens(figures: dict, tokens: int) -> dict:
+    """CPU-seconds of each kind of process per 1,000 tokens streamed in the run."""
+    if not figures or not tokens:
+        return {}
+    return {name: cores * figures["seconds"] / tokens * 1000 for name, cores in figures["busy_cores"].items()}
+
+
+def with_tokens(figures: dict, tokens: int) -> dict:
+    """What a run's JSON keeps as its ``cpu``: the figures, and per 1,000 tokens streamed."""
+    return {**figures, "tokens": tokens, "cpu_s_per_1k_tokens": per_1k_tokens(figures, tokens)} if figures else {}
+
+
+def render_run(cpu: dict) -> str:
+    """The printed lines: busy cores by kind, and the CPU-seconds per 1,000 tokens of each."""
+    if not cpu:
+        return "  CPU by kind of process: not sampled"
+    lines = ["  " + describe(cpu["busy_cores"], f"{cpu['seconds']:.0f} s", cpu["cores"])]
+    per = cpu.get("cpu_s_per_1k_tokens") or {}
+    if per:
+        parts = ", ".join(f"{name} {value:.3f}" for name, value in sorted(per.items(), key=lambda kv: -kv[1])
+                          if name != "machine" and value >= 0.0005)
+        lines.append(f"  CPU-s per 1,000 tokens: {per['machine']:.3f} ({parts})")
+    return "\n".join(lines)
+
+
+# The reports' note under the table.
+TABLE_NOTE = ("Busy cores: CPU-seconds per second of the run, summed over the processes of each kind "
+              "on the machine that ran the load (read from /proc every 0.5 s); per 1,000 tokens: "
+              "CPU-seconds over the reply tokens streamed in the run.")
+
+
+def table(runs: list[tuple[object, dict]], label: str = "run") -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of report.html's table: a row per run, a column per kind of process seen,
+    each "busy cores (CPU-s per 1,000 tokens)"."""
+    kinds = [name for name, _ in GROUPS] + ["other"]
+    seen = {name for _, figures in runs for name in figures["busy_cores"]}
+    columns = ["machine"] + [name for name in dict.fromkeys(kinds) if name in seen]
+
+    def cell(figures: dict, name: str) -> str:
+        busy = figures["busy_cores"].get(name)
+        per = (figures.get("cpu_s_per_1k_tokens") or {}).get(name)
+        return "-" if busy is None else f"{busy:.2f}" + ("" if per is None else f" ({per:.3f})")
+    rows = [[str(key), str(figures["cores"])] + [cell(figures, name) for name in columns] for key, figures in runs]
+    return [label, "cores"] + columns, rows

@@ -1,0 +1,187 @@
+"""A fast stand-in for vLLM's OpenAI server, for measuring the chat app's own CPU per token.
+
+``bench --app-cost`` against a real engine measures the app at the engine's pace: the
+2-core CPU engine gives a chat 5-40 tokens/s, far below what a GPU gives a crowd (~50 per
+chat, thousands per app worker). This upstream streams at a set rate per reply, costs
+little itself (each chunk is a few string joins and one socket write, on plain asyncio
+streams), and sends what vLLM sends to the app, so the app's work per token is the work it
+does in production:
+
+* ``GET /v1/models`` with ``owned_by: vllm`` and ``max_model_len`` (the app then sends
+  vLLM's own fields and counts with ``/tokenize``), ``POST /tokenize`` (a count of
+  whitespace-separated words, 3 per message), ``GET /metrics`` (the gauges the app reads),
+  ``GET /health``;
+* ``POST /v1/chat/completions`` with ``stream: true``: one HTTP chunk per SSE event, as
+  uvicorn sends vLLM's; the role chunk, then ONE token per chunk (vLLM's default
+  ``--stream-interval 1``; the request's ``stream_interval`` is ignored, so give the app
+  ``ERNIE_STREAM_INTERVAL_MAX=1`` to match), each with the running usage when
+  ``continuous_usage_stats`` is asked (as the app does), the finish chunk, the final usage
+  chunk, ``[DONE]``. The chunks' fields and their order are vLLM 0.32's
+  (``entrypoints/openai/chat_completion/serving.py``, ``model_dump_json(exclude_unset=True)``).
+  Exactly ``max_tokens`` tokens, finish reason ``length``.
+
+Not a test double for correctness (tests use a real vLLM): a load source for benchmarks.
+
+    python -m server.loadtest.chat.fast_upstream --port 8199 --tokens-per-s 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Optional
+
+MODEL = "fast-upstream"
+WINDOW = 32768
+# Tokens of about four characters, as a BPE tokenizer's are on English text.
+WORDS = [" the", " of", " and", " model", " to", " in", " is", " that", " for", " it", " as", " with",
+         " was", " on", " be", " at", " by", " this", " had", " not", " are", " but", " from", " or",
+         " have", " an", " they", " which", " one", " you", " were", " her", " all", " she", " there",
+         " would", " their", " we", " him", " been", " has", " when", " who", " will", " more", " no",
+         ".", ",", " token", " stream", "ing", " chat", "s", " reply", " 42", " 中文", "\n\n", " **bold**"]
+MAX_BODY = 4 * 2**20
+
+
+def count(messages: list) -> int:
+    """The stand-in's tokenizer: whitespace-separated words, and 3 per message."""
+    return sum(3 + len(str(m.get("content") or "").split()) for m in messages if isinstance(m, dict))
+
+
+def event(data: str) -> bytes:
+    """One SSE event as one HTTP/1.1 chunk of a chunked body."""
+    payload = f"data: {data}\n\n".encode()
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def usage(prompt: int, done: int) -> str:
+    return (f'"usage":{{"prompt_tokens":{prompt},"total_tokens":{prompt + done},'
+            f'"completion_tokens":{done}}}')
+
+
+def chunks(request_id: str, created: int, prompt: int, tokens: int, live_usage: bool, final_usage: bool,
+           seed: int):
+    """The stream's events in order (vLLM's JSON, field for field), lazily."""
+    head = f'{{"id":"{request_id}","object":"chat.completion.chunk","created":{created},"model":"{MODEL}",'
+    tail = lambda done: ("," + usage(prompt, done) if live_usage else "") + "}"
+    yield event(head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+                '"finish_reason":null}]' + tail(0))
+    for i in range(tokens):
+        text = json.dumps(WORDS[(seed + i * 7) % len(WORDS)], ensure_ascii=False)
+        yield event(head + f'"choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,'
+                    f'"finish_reason":null,"token_ids":null}}]' + tail(i + 1))
+    yield event(head + '"choices":[{"index":0,"delta":{"content":""},"logprobs":null,'
+                '"finish_reason":"length","stop_reason":null,"token_ids":null}]' + tail(tokens))
+    if final_usage:
+        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}")
+    yield event("[DONE]")
+    yield b"0\r\n\r\n"
+
+
+METRICS = ("vllm:num_requests_running{{model_name=\"{m}\"}} {running}\n"
+           "vllm:num_requests_waiting{{model_name=\"{m}\"}} 0\n"
+           "vllm:kv_cache_usage_perc{{model_name=\"{m}\"}} 0.01\n")
+
+
+class Upstream:
+    def __init__(self, tokens_per_s: float):
+        self.every_s = 1.0 / tokens_per_s
+        self.running = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self.one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        length = int(headers.get("content-length") or 0)
+        if length > MAX_BODY:
+            raise ValueError("body too large")
+        body = json.loads(await reader.readexactly(length)) if length else {}
+        path = path.split("?")[0]
+        if method == "POST" and path == "/v1/chat/completions" and body.get("stream"):
+            await self.stream(body, writer)
+        elif method == "GET" and path == "/v1/models":
+            self.reply(writer, 200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                                                   "owned_by": "vllm", "max_model_len": WINDOW}]})
+        elif method == "POST" and path == "/tokenize":
+            self.reply(writer, 200, {"count": count(body.get("messages") or []), "max_model_len": WINDOW,
+                                     "tokens": []})
+        elif method == "GET" and path == "/metrics":
+            self.reply(writer, 200, METRICS.format(m=MODEL, running=self.running), "text/plain")
+        elif method == "GET" and path == "/health":
+            self.reply(writer, 200, "", "text/plain")
+        else:
+            self.reply(writer, 404, {"error": {"message": f"{method} {path}: not served here"}})
+        await writer.drain()
+        return headers.get("connection", "").lower() != "close"
+
+    @staticmethod
+    def reply(writer: asyncio.StreamWriter, status: int, content, kind: str = "application/json") -> None:
+        data = (content if isinstance(content, str) else json.dumps(content)).encode()
+        writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {len(data)}\r\n\r\n".encode()
+                     + data)
+
+    async def stream(self, body: dict, writer: asyncio.StreamWriter) -> None:
+        options = body.get("stream_options") or {}
+        self.requests += 1
+        tokens = max(1, min(int(body.get("max_tokens") or 16), WINDOW))
+        events = chunks(f"chatcmpl-{self.requests}", int(time.time()), count(body.get("messages") or []), tokens,
+                        bool(options.get("continuous_usage_stats")), bool(options.get("include_usage")),
+                        self.requests)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        self.running += 1
+        try:
+            writer.write(next(events))  # the role chunk, at once
+            await writer.drain()
+            loop = asyncio.get_running_loop()
+            due = loop.time()
+            for piece in events:
+                due += self.every_s
+                # A late tick sends at once (a loaded machine catches up, as a GPU batch does).
+                if (wait := due - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                writer.write(piece)
+                await writer.drain()
+        finally:
+            self.running -= 1
+
+
+async def serve(host: str, port: int, tokens_per_s: float, ready: Optional[asyncio.Event] = None) -> None:
+    upstream = Upstream(tokens_per_s)
+    server = await asyncio.start_server(upstream.handle, host, port, backlog=1024)
+    print(f"fast upstream at http://{host}:{port}: {tokens_per_s:g} tokens/s per reply", flush=True)
+    if ready:
+        ready.set()
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tokens-per-s", type=float, default=50.0, help="per reply (default 50)")
+    args = parser.parse_args(argv)
+    if not 0 < args.tokens_per_s <= 100_000:
+        parser.error("--tokens-per-s must be in (0, 100000]")
+    try:
+        asyncio.run(serve(args.host, args.port, args.tokens_per_s))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
