@@ -220,6 +220,9 @@ TEXTS: dict[str, str] = {
     "share_qr_alt": "QR code of this chat's link",
     "share_page_note": "A shared chat, read-only. It follows the chat: this page reloads "
                        "every {seconds} s.",
+    "share_page_stop": "Stop following",
+    "share_page_still": "A shared chat, read-only, as it was when this page was loaded.",
+    "share_page_follow": "Follow it",
     "share_not_found": "No shared chat here: the link is wrong, or it was taken back.",
     "share_too_many": "Too many requests for shared chats from your address: try again in {seconds} s.",
     "share_page_cut": "The {count} earlier exchanges of this long chat are not shown here.",

@@ -10,12 +10,14 @@ and engine.  QR codes are read back with a real decoder, zbar's ``zbarimg``
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 
 import pytest
 
 from app.pages import share_links, share_qr
 from app.conversation.history import Conversation, Turn
-from app.pages.share_page import POLICY, REFRESH_S, Pages, not_found_html, page_html, shown_turns, too_many_html
+from app.pages.share_page import POLICY, REFRESH_S, SCRIPT, Pages, not_found_html, page_html, shown_turns, too_many_html
 from server.settings import load_settings
 from tests.support.settings import error_for
 from tests.support.share import decoded, owner_only_scenario, XSS
@@ -28,11 +30,26 @@ def test_content_is_rendered_as_markdown_and_nothing_in_it_can_run():
     conversation.add(XSS, "A reply with `code` and <b onmouseover=alert(1)>html</b>")
     html = page_html("en", "<script>title()</script>", conversation, "demo", "t" * 43)
     assert "<strong>bold</strong>" in html and "<code>code</code>" in html
-    assert "<script" not in html.lower()
+    assert html.lower().count("<script") == 1 and f"<script>{SCRIPT}</script>" in html  # the page's own
     assert "<img src=\"x\"" not in html and "<b " not in html and 'href="javascript:' not in html
     assert "&lt;script&gt;window.pwned" in html
-    # The policy lets no script run, whatever slipped through, and only this page's style.
-    assert "script-src" not in POLICY and "default-src 'none'" in POLICY and "unsafe" not in POLICY
+    # The policy lets no script run but the page's own, whatever slipped through, and only
+    # this page's style.
+    script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+    assert f"script-src 'sha256-{script_hash}';" in POLICY and POLICY.count("sha256-") == 2
+    assert "default-src 'none'" in POLICY and "unsafe" not in POLICY
+
+
+def test_the_page_follows_the_chat_until_told_to_stop_and_starts_in_the_chats_default_theme():
+    conversation = Conversation("")
+    conversation.add("Hello", "Hi")
+    following = page_html("en", "A chat", conversation, "demo", "t" * 43, theme="dark")
+    assert f'data-theme="dark" data-refresh="{REFRESH_S}"' in following
+    assert f'<a href="{"t" * 43}?follow=0">Stop following</a>' in following
+    still = page_html("en", "A chat", conversation, "demo", "t" * 43, theme="light", follow=False)
+    assert 'data-theme="light">' in still and "data-refresh" not in still
+    assert f'<a href="{"t" * 43}">Follow it</a>' in still and "as it was when this page was loaded" in still
+    assert "http-equiv" not in following + still  # axe's meta-refresh: a reload the reader cannot stop
 
 
 def test_the_not_found_page_is_the_same_for_every_token_and_in_chinese():
@@ -98,7 +115,7 @@ async def test_a_page_is_rendered_once_however_many_ask_for_it():
 def test_too_many_requests_say_when_to_come_back_in_either_language():
     assert "try again in 3 s" in too_many_html("en", 3)
     assert "3 秒后再试" in too_many_html("zh", 3)
-    assert "<script" not in too_many_html("en", 3)
+    assert too_many_html("en", 3).count("<script") == 1 and 'data-theme="dark"' in too_many_html("en", 3)
 
 
 def test_the_shared_pages_rate_serves_twenty_watchers_behind_one_address():
