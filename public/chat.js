@@ -17,6 +17,10 @@
     ".negative-feedback-off, .negative-feedback-on": ["Not helpful", "没有帮助"],
     // The copy button of a message: its class is literally "undefined" in Chainlit 2.12.
     ".step button.undefined": ["Copy to clipboard", "复制到剪贴板"],
+    // The round arrow over the messages when they are scrolled up: Chainlit has no words for
+    // it, these are ours.
+    "div.absolute.bottom-4.justify-center > button.rounded-full": ["Scroll to the latest message",
+                                                                   "滚动到最新消息"],
   };
   const chinese = () => /^zh/i.test(document.documentElement.lang || navigator.language || "");
   let queued = false;

@@ -2,7 +2,7 @@
 docs/, where the README and the reference pages show them.  Re-shoot with fonts for Chinese and
 emoji in the browser (Debian: fonts-noto-cjk fonts-noto-color-emoji), or those show as boxes:
 
-    UPDATE_SCREENSHOT=1 ./scripts/test -k "readme or live_view or formulas or sign_in_page or admin_sees or shared_chat"
+    UPDATE_SCREENSHOT=1 ./scripts/test -k "readme or live_view or formulas or sign_in_page or admin_sees or shared_chat or on_a_phone"
 """
 
 from __future__ import annotations
