@@ -17,15 +17,21 @@
     ".negative-feedback-off, .negative-feedback-on": ["Not helpful", "没有帮助"],
     // The copy button of a message: its class is literally "undefined" in Chainlit 2.12.
     ".step button.undefined": ["Copy to clipboard", "复制到剪贴板"],
-    // The round arrow over the messages when they are scrolled up: Chainlit has no words for
-    // it, these are ours.
+    "#search-chats-button": ["Search", "搜索"],
+    // A message's pencil, the round arrow over the messages when they are scrolled up:
+    // Chainlit has no words for them, these are ours.
+    ".step button.edit-message": ["Edit", "编辑"],
     "div.absolute.bottom-4.justify-center > button.rounded-full": ["Scroll to the latest message",
                                                                    "滚动到最新消息"],
   };
+  // Lists that are not: the sidebar's outer "list" holds the saved chats' groups in a div,
+  // which a list may not hold; it is a wrapper, and says so.
+  const NOT_LISTS = 'ul[data-sidebar="menu"]:has(> #thread-history)';
   const chinese = () => /^zh/i.test(document.documentElement.lang || navigator.language || "");
   let queued = false;
   function name() {
     queued = false;
+    for (const list of document.querySelectorAll(NOT_LISTS)) list.setAttribute("role", "none");
     const which = chinese() ? 1 : 0;
     for (const [selector, words] of Object.entries(NAMES)) {
       for (const button of document.querySelectorAll(selector)) {

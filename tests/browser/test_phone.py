@@ -1,10 +1,12 @@
 """The chat and its pages at a phone's size (390x844), in the chat's light and dark theme, and
 the chat by keyboard alone, in a real Chromium against the real engine. npm's axe-core
 (tests/support/accessibility.py) finds no serious or critical violation on the chat, a shared
-chat's page and the live view (the admin page's: tests/browser/test_admin.py).
+chat's page and the live view (the admin page's: tests/browser/test_admin.py; with the saved
+chats' list beside the chat: tests/browser/test_versions_browser.py).
 
 Chainlit's own page needs public/chat.css and public/chat.js for that (names for its icon
-buttons, links that stand out from their sentence); no axe rule is skipped on it.
+buttons, links that stand out from their sentence); one rule on one element of its sidebar is
+left out (``accessibility.CHAINLIT``, which says why).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 
+from tests.support.accessibility import violations
 from tests.support.screenshots import screenshot_path
 from tests.support.browser import ASSISTANT, USER, log_in, open_chat, reopen, send
 from tests.support.settings import SHORT_REPLY
@@ -108,6 +109,7 @@ def test_a_reopened_saved_chat_has_its_versions(page_factory, saved_chats_app):
     reopen(page, "Tell me about tea.")
     switcher(page, 1, 2).wait_for(timeout=30_000)
     assert body(last_reply(page)) == body(first)
+    assert violations(page) == []  # with the list of saved chats beside it
     next_button(page).click()
     switcher(page, 2, 2).wait_for(timeout=30_000)
     assert body(last_reply(page)) == body(second)

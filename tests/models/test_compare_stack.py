@@ -17,6 +17,7 @@ import pytest
 from app.texts import text
 from server.usage_log import read_usage
 from tests.support.metrics import metric, metric_from_text
+from tests.support.accessibility import PHONE, THEMES, choose_theme, overflow, violations
 from tests.support.screenshots import screenshot_path
 from tests.support.browser import ASSISTANT, USER, log_in, send, BODY, COLUMN, FIGURES_LINE, NAME, NOTE
 from tests.support.browser import send_with_files
@@ -94,6 +95,14 @@ def test_compare_streams_both_models_side_by_side_outside_the_history_and_a_reop
     page.set_viewport_size({"width": 1400, "height": 900})
     page.locator(COLUMN).first.scroll_into_view_if_needed()
     page.screenshot(path=screenshot_path("compare.png", tmp_path))
+    # On a phone, in either theme: the columns one under the other, nothing wider than the
+    # screen, and axe finds nothing serious or critical.
+    page.set_viewport_size(PHONE)
+    for theme in THEMES:
+        choose_theme(page, theme)
+        first, second = (page.locator(COLUMN).nth(i).bounding_box() for i in (0, 1))
+        assert second["y"] >= first["y"] + first["height"], (first, second)
+        assert overflow(page) <= 0 and violations(page) == []
 
     send(page, "/export")  # the chat's model never saw the comparison: nothing to export
     page.get_by_text(text("en", "export_empty")).wait_for(timeout=30_000)
@@ -152,6 +161,7 @@ def test_a_question_too_long_for_one_models_window_ends_its_column_while_the_oth
     assert requests_when(urls, [before[0] + 1, before[1]]) == [before[0] + 1, before[1]]
     # The question is in the message's Markdown (hidden beside the columns): as text, never as HTML.
     assert page.evaluate("window.pwned") is None and not page.locator('img[src="x"]').count()
+    assert violations(page) == []  # the error's red reads on the chat's ground
 
 
 def test_stop_ends_every_column_and_each_engines_request(page_factory, compare_app):
