@@ -522,6 +522,25 @@ PY
     up_start copies-together ERNIE_ENGINE_COPIES=2 ERNIE_APP_WORKERS=8 || exit 1
     direct_burst copies-together/direct 512
     up_stop ;;
+  app-cpu-ab)  # the app's CPU per 1,000 streamed tokens under 1,000 users, this checkout's app/
+               # against the app/ of .gpu/app-base.tgz (`git archive BASE app/ | gzip`), in the
+               # order base, new, new, base: qa-load's CPU by kind of process on each round
+    [ -f .gpu/app-base.tgz ] || { echo "no .gpu/app-base.tgz"; exit 2; }
+    [ -f /tmp/app-new.tgz ] || tar -czf /tmp/app-new.tgz app
+    round=0
+    for variant in base new new base; do
+        round=$((round + 1)); d=/tmp/res/app-cpu-ab/$round-$variant
+        [ -f "$d/done" ] && continue
+        (( $(left) > 150 )) || exit 3
+        rm -rf app && if [ "$variant" = base ]; then tar -xzf .gpu/app-base.tgz; else tar -xzf /tmp/app-new.tgz; fi
+        up_start "app-cpu-ab/$round-$variant" || exit 1
+        cli qa-load --users 1000 --turns 3 --think-s 3 --ramp-s 10 --processes 4 --timeout-s 240 \
+            --out "$d/qa" > "$d/qa.txt" 2>&1
+        up_stop
+        echo "round $round, $variant app/:"; grep -E "TTFT|tokens/s|CPU|PASS|FAIL" "$d/qa.txt" | head -n 12
+        touch "$d/done"
+    done
+    rm -rf app && tar -xzf /tmp/app-new.tgz ;;
   models)  # ERNIE_MODELS: two shapes served together, the 0.3B and a 1B-like one (hidden 2048, 28
            # layers, 4 KV heads); `up` prints each KV pool beside the plan's; then each one's tok/s
            # at 256 chats straight to it, alone and with the other loaded at once, and through the app
