@@ -166,8 +166,9 @@ def test_compose_up_serves_an_exposed_chat_with_login_and_https(image, podman_en
     compose = ["podman-compose", "-p", project, "-f", str(containers.COMPOSE_FILE)]
     containers.seed_volume(env, f"{project}_state", demo_model, "demo-model")
     try:
-        subprocess.run([*compose, "up", "-d", "--no-build"], env=env, check=True, capture_output=True,
-                       timeout=300)
+        done = subprocess.run([*compose, "up", "-d", "--no-build"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         name = containers.podman(env, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}",
                                  "--format", "{{.Names}}")
         logs = wait_for_chat(env, name)
