@@ -50,6 +50,9 @@ def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="only the unit tests (tests/unit/): no vLLM, app, database, balancer, browser "
                           "or network")
+    parser.addoption("--containers", action="store_true",
+                     help="also build and run the container images with podman "
+                          "(tests/network/test_containers.py: 9-15 minutes with nothing cached)")
     parser.addoption("--store-durations", action="store_true",
                      help=f"after a run of both processes (./scripts/test), write each module's seconds "
                           f"to {DURATIONS.relative_to(ROOT)}")

@@ -2,7 +2,8 @@
 podman and podman-compose (tests/support/containers.py says how, on machines without an
 image registry): `up` as PID 1 serves chats sent by `qa-load`, stops on SIGTERM with nothing
 left, keeps its state in volumes, and a new container on the same volumes reopens the saved
-chats. Skipped where podman cannot be installed (not root, or no apt-get).
+chats. Run with --containers (./scripts/test --containers); skipped where podman cannot be
+installed (not root, or no apt-get).
 
 The demo model goes into the state volume from this checkout's .cache (the suite builds it
 anyway), as a first start would have left it: building it in the container costs minutes."""
@@ -38,7 +39,11 @@ VOLUMES = {"data": "/opt/ernie-chat/data", "run": "/opt/ernie-chat/run",
 
 
 @pytest.fixture(scope="module")
-def podman_env(tmp_path_factory):
+def podman_env(tmp_path_factory, pytestconfig):
+    if not pytestconfig.getoption("--containers"):
+        # Building the image from nothing takes 9-15 minutes on 2 cores: more than the
+        # rest of a full run may add to it.
+        pytest.skip("the container images are built with --containers (./scripts/test --containers)")
     if reason := containers.why_no_podman():
         pytest.skip(reason)
     return containers.environment(tmp_path_factory.mktemp("podman"))
