@@ -18,6 +18,10 @@
     // The copy button of a message: its class is literally "undefined" in Chainlit 2.12.
     ".step button.undefined": ["Copy to clipboard", "复制到剪贴板"],
     "#search-chats-button": ["Search", "搜索"],
+    // Saved prompts (with saved chats): the composer's star opens the list; a message's star
+    // saves it, and its words are ours.
+    ".favorite-popover-wrapper button": ["Use a favorite message", "使用收藏的消息"],
+    ".step button.favorite-message": ["Save as a favorite message", "收藏这条消息"],
     // A message's pencil, the round arrow over the messages when they are scrolled up:
     // Chainlit has no words for them, these are ours.
     ".step button.edit-message": ["Edit", "编辑"],
