@@ -48,8 +48,10 @@ def test_short_bench_run_is_complete_and_consistent(engine, short_run):
             assert (r["output_tokens"], r["output_tokens_from"], r["finish_reason"]) == (
                 16, "usage", "length")
             assert r["prompt_tokens"] == 32                  # /tokenize made the prompt exact
-            assert 0 < r["ttft_s"] < r["e2e_s"]
-            assert len(r["itl_s"]) >= 1 and sum(r["itl_s"]) == pytest.approx(r["e2e_s"] - r["ttft_s"])
+            # A busy engine can hand the API server all 16 tokens at once: one chunk, whose
+            # time is both the first token's and the last's, and no gap between chunks.
+            assert 0 < r["ttft_s"] <= r["e2e_s"]
+            assert sum(r["itl_s"]) == pytest.approx(r["e2e_s"] - r["ttft_s"])
             assert r["tpot_s"] == pytest.approx((r["e2e_s"] - r["ttft_s"]) / 15)
         assert (s["completed"], s["failed"]) == (8, 0)
         assert s["total_output_tokens"] == 128 and s["total_prompt_tokens"] == 256
@@ -65,7 +67,7 @@ def test_short_bench_run_is_complete_and_consistent(engine, short_run):
         assert s["server_queue_ms_mean"] >= 0
     rows = list(csv.DictReader((out / "requests.csv").open()))
     assert len(rows) == 16 and {row["concurrency"] for row in rows} == {"1", "2"}
-    assert all(float(row["ttft_ms"]) < float(row["e2e_ms"]) for row in rows)
+    assert all(float(row["ttft_ms"]) <= float(row["e2e_ms"]) for row in rows)
     for png in ("latency-vs-throughput.png", "ttft-tpot-distributions.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
