@@ -43,13 +43,17 @@ ensure_app_env() {
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
     mkdir -p "$ROOT/.cache"
     # A frozen, complete tree installed without the resolver: Chainlit's dependencies make
-    # pip backtrack for minutes otherwise (docs/notes.md).
-    if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps \
+    # pip backtrack for minutes otherwise (docs/notes.md). pip compiles the bytecode on one
+    # core; compileall does it on all of them (13 s became 8 s on 2 cores).
+    if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps --no-compile \
             -r "$ROOT/requirements/app.txt" >"$ROOT/.cache/setup-app.log" 2>&1; then
         tail -n 20 "$ROOT/.cache/setup-app.log" >&2
         echo "ERROR: installing the app environment failed; full output in .cache/setup-app.log" >&2
         return 1
     fi
+    # A file that does not compile (a package's Python 2 example) is left as pip leaves it.
+    "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+        >>"$ROOT/.cache/setup-app.log" 2>&1 || true
     echo "$want" >"$stamp"
     echo "[setup] app environment ready ($((SECONDS - start)) s)"
 }

@@ -65,10 +65,13 @@ def next_step(kind: str, shown: str, produced_tokens: int, max_tokens: int,
     return "continue" if shown else "retry"
 
 
+FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.5, 4.0
+
+
 def retry_delay_s(attempt: int, left_s: float) -> float:
     """The pause before try ``attempt`` (1, 2, ...): at once first, since with several copies
-    the balancer already sends it to a live one; then doubling from 0.5 s up to 4 s, while a
-    lone engine restarts; never past the time left."""
+    the balancer already sends it to a live one; then doubling from FIRST_PAUSE_S up to
+    LONGEST_PAUSE_S, while a lone engine restarts; never past the time left."""
     if attempt <= 1:
         return 0.0
-    return max(0.0, min(0.5 * 2 ** (attempt - 2), 4.0, left_s))
+    return max(0.0, min(FIRST_PAUSE_S * 2 ** (attempt - 2), LONGEST_PAUSE_S, left_s))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 from app.engine.model_choice import Engines
+from server import cli
 from server.paths import ROOT
 from server.plan.device import DeviceMemory
 from server.settings import load_settings
@@ -25,11 +27,23 @@ EMPTY_HUB = str(ROOT / "tests" / "no-such-hub-cache")
 
 
 def plan_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ERNIE_") and k != "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
-    env["HF_HUB_CACHE"] = EMPTY_HUB
-    return subprocess.run([sys.executable, "-m", "server.cli", "plan", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    """`ernie-chat plan ARGS` as the command line runs it, with no ERNIE_* variable and no hub
+    cache; in this process, since a new one spends 0.4 s importing before it plans."""
+    saved = dict(os.environ)
+    for name in [k for k in os.environ if k.startswith("ERNIE_") or k == "VLLM_ALLOW_LONG_MAX_MODEL_LEN"]:
+        del os.environ[name]
+    os.environ["HF_HUB_CACHE"] = EMPTY_HUB
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = cli.main(["plan", *args])
+            except SystemExit as exc:  # argparse's refusals
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["ernie-chat", "plan", *args], code, out.getvalue(), err.getvalue())
 
 
 GIB = 1024**3

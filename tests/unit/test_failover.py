@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from app.engine import continuation
 from app.engine.engine_client import ReplyStats, make_client
 from app.engine.failover import TELL_AFTER_TRIES, resilient_reply, when_engine_answers
 from server.engine_state import DEATH_NOTICE_S, may_come_back
@@ -57,6 +58,15 @@ class Engine:
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
         await writer.drain()
         writer.close()
+
+
+@pytest.fixture
+def quick_pauses(monkeypatch):
+    """The pauses between tries a tenth as long: these tests count tries and notices, and the
+    real pauses (0.5 s doubling to 4 s, tests/unit/test_continuation.py) would make them wait
+    seconds each. The bound on the whole wait is tested with the real ones."""
+    monkeypatch.setattr(continuation, "FIRST_PAUSE_S", continuation.FIRST_PAUSE_S / 10)
+    monkeypatch.setattr(continuation, "LONGEST_PAUSE_S", continuation.LONGEST_PAUSE_S / 10)
 
 
 async def reply(engine: Engine, *, can_continue=True, wait_s=5.0, max_tokens=8, shown="", produced=0):
@@ -101,7 +111,7 @@ async def test_a_reply_cut_before_its_first_token_is_sent_again_unchanged():
     assert engine.bodies[0] == engine.bodies[1]
 
 
-async def test_the_chat_is_told_when_the_reply_waits_for_an_engine_to_come_back():
+async def test_the_chat_is_told_when_the_reply_waits_for_an_engine_to_come_back(quick_pauses):
     engine = Engine([("cut", 2), ("close",), ("close",), ("close",), ("ok", 6)])
     text, stats, waits, error = await reply(engine)
     assert error is None and text.split()[-1] == "w7" and waits == [True] and stats.continued == 1
@@ -152,7 +162,7 @@ def http_error(status: int) -> httpx.HTTPStatusError:
     return httpx.HTTPStatusError(f"{status}", request=request, response=httpx.Response(status, request=request))
 
 
-async def test_the_count_before_a_reply_waits_for_an_engine_that_is_away():
+async def test_the_count_before_a_reply_waits_for_an_engine_that_is_away(quick_pauses):
     gone = openai.APIConnectionError(request=httpx.Request("POST", "http://engine/tokenize"))
     call, calls = failing([gone] * 4)
     waits = []
@@ -163,7 +173,7 @@ async def test_the_count_before_a_reply_waits_for_an_engine_that_is_away():
     assert len(calls) == 5 and waits == [True]   # told once, after the quick tries
 
 
-async def test_an_engine_error_is_tried_a_few_times_then_raised():
+async def test_an_engine_error_is_tried_a_few_times_then_raised(quick_pauses):
     async def on_wait():
         raise AssertionError("a failing engine is not an engine that is away")
     call, calls = failing([http_error(500)] * 2)
@@ -178,7 +188,7 @@ async def test_an_engine_error_is_tried_a_few_times_then_raised():
     assert len(calls) == 1
 
 
-async def test_an_engine_that_will_not_come_back_is_said_down_after_the_quick_tries():
+async def test_an_engine_that_will_not_come_back_is_said_down_after_the_quick_tries(quick_pauses):
     gone = openai.APIConnectionError(request=httpx.Request("POST", "http://engine/tokenize"))
     asked = []
 
