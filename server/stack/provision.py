@@ -67,6 +67,13 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def site_packages(venv: Path, version: tuple[int, int]) -> Path:
+    return venv / "lib" / f"python{version[0]}.{version[1]}" / "site-packages"
+
+
+COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=1, workers=0)"
+
+
 # --- which Python the engine runs on ---------------------------------------
 
 def pick_engine_python(candidates: list[tuple[str, Optional[tuple[int, int]]]]) -> tuple[str, tuple[int, int]]:
@@ -188,8 +195,12 @@ def _ensure_engine_env(venv: Path, device: str, root: Path, torch_index_url: Opt
     if torch:
         ensure_torch(venv_python(venv), torch, torch_index_url or load_settings().torch_index_url, log)
     no_deps = ["--no-deps"] if frozen else []
-    run_step(pip_install(venv_python(venv), *no_deps, "-r", str(requirements)), "engine env", log,
-             done_message=f"vLLM installed ({requirements.name})")
+    run_step(pip_install(venv_python(venv), *no_deps, "--no-compile", "-r", str(requirements)), "engine env",
+             log, done_message=f"vLLM installed ({requirements.name})")
+    # The bytecode pip would have written on one core, on all of them; a file that does not
+    # compile (a package's Python 2 example) stays as pip leaves it.
+    run_step([str(venv_python(venv)), "-c", COMPILE_ALL, str(site_packages(venv, version))], "engine env", log,
+             done_message="bytecode compiled")
     stamp.write_text(wanted + "\n")
     return venv_python(venv)
 

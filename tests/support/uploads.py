@@ -83,4 +83,8 @@ class SocketChat:
     def stored(self, pattern: str = "*") -> list:
         """The chat's uploads on disk (the worker's folder, .files/worker-<pid>/, holds a folder
         per chat) whose names match ``pattern`` (an upload's id, and its extension)."""
-        return list((ROOT / ".files").glob(f"worker-*/{self.session_id}/{pattern}"))
+        while True:
+            try:
+                return list((ROOT / ".files").glob(f"worker-*/{self.session_id}/{pattern}"))
+            except FileNotFoundError:  # the chat's folder went while glob read it: look again
+                continue
