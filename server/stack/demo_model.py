@@ -48,7 +48,7 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 import torch  # noqa: E402
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-from server.demo_stamp import DEMO_BUILDER, replace_dir  # noqa: E402  (stdlib only: safe in the engine env)
+from server.demo_stamp import DEMO_BUILDER  # noqa: E402  (stdlib only: safe in the engine env)
 
 CORPUS = Path(__file__).with_name("demo_corpus.txt")
 
@@ -350,6 +350,16 @@ def build(outdir: Path, steps: int, seed: int, corpus: Path = CORPUS, size: str 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return info
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    # A rename cannot overwrite a non-empty directory, so the old model steps aside first;
+    # readers see either the old complete model or the new one, never a mix.
+    old = target.with_name(f"{target.name}.old-{os.getpid()}")
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import platform
 import shutil
 import subprocess
@@ -22,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from server.demo_stamp import replace_dir
 from server.paths import ROOT
 from server.progress import StepFailed, run_step
 from server.settings import Settings, load_settings
@@ -67,11 +65,9 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def site_packages(venv: Path, version: tuple[int, int]) -> Path:
-    return venv / "lib" / f"python{version[0]}.{version[1]}" / "site-packages"
-
-
-COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=1, workers=0)"
+# Run by the environment's own Python: its site-packages, with a worker per core.
+COMPILE_ALL = ("import compileall, sysconfig; "
+               "compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=1, workers=0)")
 
 
 # --- which Python the engine runs on ---------------------------------------
@@ -199,8 +195,7 @@ def _ensure_engine_env(venv: Path, device: str, root: Path, torch_index_url: Opt
              log, done_message=f"vLLM installed ({requirements.name})")
     # The bytecode pip would have written on one core, on all of them; a file that does not
     # compile (a package's Python 2 example) stays as pip leaves it.
-    run_step([str(venv_python(venv)), "-c", COMPILE_ALL, str(site_packages(venv, version))], "engine env", log,
-             done_message="bytecode compiled")
+    run_step([str(venv_python(venv)), "-c", COMPILE_ALL], "engine env", log, done_message="bytecode compiled")
     stamp.write_text(wanted + "\n")
     return venv_python(venv)
 
@@ -210,48 +205,20 @@ def demo_inputs(root: Path = ROOT) -> list[Path]:
     return [here / "demo_model.py", here / "demo_corpus.txt"]
 
 
-def shipped_demo_model(root: Path, size: str) -> Path:
-    """The repository's copy of the built demo model of ``size``: what a build from the
-    repository's builder and corpus writes, with that build's stamp (README of the folder)."""
-    return root / "server" / "stack" / "demo_weights" / size
-
-
-def is_current(model_dir: Path, wanted: str) -> bool:
-    stamp = model_dir / STAMP
-    return stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists()
-
-
 def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT,
                       size: str = "default") -> Path:
-    """The demo model of ``size`` in ``model_dir`` unless it is current there: the repository's
-    built copy when it was built from the builder and corpus of this checkout (a copy takes
-    a moment; a build 1-2 minutes of both cores of a small machine), else built with the
-    engine's Python (it has torch)."""
+    """Build the demo model of ``size`` with the engine's Python (it has torch) unless it is current."""
     model_dir = model_dir if model_dir.is_absolute() else root / model_dir
     wanted = file_digest(*demo_inputs(root)) + ("" if size == "default" else f" {size}")
+    stamp = model_dir / STAMP
     with building(model_dir):
-        if is_current(model_dir, wanted):
-            return model_dir
-        shipped = shipped_demo_model(root, size)
-        if is_current(shipped, wanted):
-            copy_dir(shipped, model_dir)
-            print(f"[setup] demo model: the built copy in {shipped.relative_to(root)} copied to {model_dir}",
-                  flush=True)
+        if stamp.exists() and stamp.read_text().strip() == wanted and (model_dir / "config.json").exists():
             return model_dir
         print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
         run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir), "--size", size],
                  "demo model", root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
-        (model_dir / STAMP).write_text(wanted + "\n")
+        stamp.write_text(wanted + "\n")
     return model_dir
-
-
-def copy_dir(source: Path, target: Path) -> None:
-    """``source``'s files in ``target``, replacing what was there, all at once: an interrupted
-    copy leaves the old folder or none, never half a model."""
-    staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("README.md"))
-    replace_dir(staging, target)
 
 
 def ensure_model(choice: ModelChoice, python: Path, root: Path = ROOT) -> None:

@@ -5,8 +5,8 @@ left, keeps its state in volumes, and a new container on the same volumes reopen
 chats. Run with --containers (./scripts/test --containers); skipped where podman cannot be
 installed (not root, or no apt-get).
 
-The demo model goes into the state volume from this checkout's .cache (the suite has it
-anyway), as a first start would have left it."""
+The demo model goes into the state volume from this checkout's .cache (the suite builds it
+anyway), as a first start would have left it: building it in the container costs minutes."""
 
 from __future__ import annotations
 
