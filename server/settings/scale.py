@@ -41,8 +41,7 @@ class ScaleSettings(BaseModel):
         "auto",
         description="How vLLM starts its engine core and API server processes "
         "(VLLM_WORKER_MULTIPROC_METHOD). fork inherits the first process's imports instead of "
-        "importing vLLM again in each; auto: fork on a GPU, spawn on a CPU (where the CPU build "
-        "spawns its engine core anyway).",
+        "importing vLLM again in each; auto: fork.",
     )
     data_parallel_size: int = Field(
         1, ge=1, le=1024,

@@ -77,15 +77,16 @@ def data_parallel_flags(settings: Settings, copy: EngineCopy) -> list[str]:
 
 
 def start_method(settings: Settings, device: str) -> str:
-    """fork on a GPU: ``vllm serve`` asks for spawn, so its engine core process imports vLLM a
-    second time. Forked, it inherits the API server's imports: on the H200 with one API server
-    that phase took 1 s instead of 28-30 s (start to ready 43 s). vLLM always spawns several API
-    servers, and the engine core waits for them (26-47 s on the H200, docs/performance.md,
-    "Start-up"): with fork, ``vllm_serve`` forks those too. vLLM still spawns the engine core
-    when CUDA is already initialized in the parent, and the CPU build always does."""
+    """fork: ``vllm serve`` asks for spawn, so its engine core process imports vLLM a second
+    time, and its worker a third. Forked, they inherit the API server's imports: on the H200
+    with one API server that phase took 1 s instead of 28-30 s (start to ready 43 s); on 2 CPU
+    cores a start took 16 s instead of 28. vLLM always spawns several API servers, and the
+    engine core waits for them (26-47 s on the H200, docs/performance.md, "Start-up"): with
+    fork, ``vllm_serve`` forks those too, and keeps fork where the CPU build would set spawn.
+    vLLM still spawns the engine core when CUDA is already initialized in the parent."""
     if settings.engine_process_start != "auto":
         return settings.engine_process_start
-    return "fork" if device == "cuda" else "spawn"
+    return "fork"
 
 
 def cpu_share(cpus: Sequence[int], index: int, copies: int) -> Optional[str]:

@@ -1,16 +1,21 @@
 """How server/stack/vllm_serve.py changes vLLM's own start-up, run in the engine's Python.
 
-Both changes replace a function of vLLM's by name, so these tests are what tells us when a
+Each change replaces a function of vLLM's by name, so these tests are what tells us when a
 new vLLM moves it. Forked API servers run for real in test_scale.py (their metrics included).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-
+from pathlib import Path
 
 from server.paths import ROOT
+from tests.support.stack_process import descendants
+
+# What vLLM prints when it is imported on this machine: once per Python that imports it.
+IMPORT_LINE = "Triton is installed, but doesn't include CPU backend. Disabling Triton."
 
 PROBE = """
 import json, os, sys
@@ -43,3 +48,39 @@ def test_the_model_probe_runs_in_a_fork_and_is_cached_as_vllm_caches_it(engine_p
     cached = json.loads((tmp_path / "vllm" / "modelinfos" /
                          "vllm-model_executor-models-ernie45-Ernie4_5ForCausalLM.json").read_text())
     assert cached["modelinfo"]["architecture"] == "Ernie4_5ForCausalLM"  # ... whose answer vLLM keeps
+
+
+def listening_inode(port: int) -> str:
+    """The inode of the socket that listens on ``port``, from /proc/net/tcp."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+            return fields[9]
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def holders(inode: str, pids: set[int]) -> set[int]:
+    """The processes among ``pids`` with a file descriptor on that socket."""
+    held = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        if f"socket:[{inode}]" in links:
+            held.add(pid)
+    return held
+
+
+def test_the_cpu_engine_core_is_forked_and_only_the_api_server_holds_the_port(engine):
+    settings, stack = engine
+    process = stack.engines.engines[0]
+    api_server = process.proc.pid
+    log = process.log_path.read_text(errors="replace")
+    assert "[vllm_serve] engine core forked" in log
+    # Its engine core and worker inherited vLLM instead of importing it again.
+    assert log.count(IMPORT_LINE) == 1, log.count(IMPORT_LINE)
+    below = descendants(api_server)
+    assert below, "the engine core runs in a process of its own"
+    # They serve no HTTP: the port is the API server's alone, not held open by them.
+    assert holders(listening_inode(settings.engine_port), {api_server} | below) == {api_server}

@@ -227,11 +227,12 @@ def test_no_api_key_no_env():
 
 
 @pytest.mark.parametrize("device, setting, method", [
-    ("cuda", "auto", "fork"), ("cpu", "auto", "spawn"),
-    ("cuda", "spawn", "spawn"), ("cpu", "fork", "fork"),
+    ("cuda", "auto", "fork"), ("cpu", "auto", "fork"),
+    ("cuda", "spawn", "spawn"), ("cpu", "spawn", "spawn"),
 ])
 def test_engine_core_process_start_method(device, setting, method):
-    # auto: a GPU forks the engine core so it inherits vLLM's imports; the CPU build spawns anyway.
+    # auto: the engine core is forked so it inherits vLLM's imports (vllm_serve keeps fork on
+    # the CPU build, which asks for spawn).
     cmd = command(device, engine_process_start=setting)
     assert cmd.env["VLLM_WORKER_MULTIPROC_METHOD"] == method
 
