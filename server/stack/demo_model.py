@@ -5,7 +5,7 @@ tested on, so the real checkpoint (baidu/ERNIE-4.5-0.3B-PT) cannot be downloaded
 The stack still has to start for real, end to end: vLLM loading an `Ernie4_5ForCausalLM`,
 its chat template, streaming, stop tokens, the KV-cache numbers in its log. So we build a
 model with the same architecture and the same chat format, under a million parameters
-in size, train it for about a minute on `demo_corpus.txt` (short English and
+in size, train it for under a minute on `demo_corpus.txt` (short English and
 Chinese dialogues) and save it the way a hub checkpoint is saved. Its answers are
 sentence-like rather than smart, which is all a demo of the plumbing needs.
 
@@ -76,14 +76,14 @@ CHARACTER_BOOST = 4
 # accept the same settings as the real checkpoint.
 MAX_POSITIONS = 131072
 
-DEFAULT_STEPS = 300
+DEFAULT_STEPS = 200
 DEFAULT_SEED = 0
 # A fixed thread count keeps the float reduction order, and so the weights, the same from
 # build to build (on the same kind of CPU); two is what the smallest machine we run on has.
 THREADS = 2
 SEQ_LEN = 128
 BATCH = 24
-PEAK_LR = 3e-3
+PEAK_LR = 5e-3
 WARMUP_STEPS = 20
 PROGRESS_EVERY_S = 5.0
 
