@@ -41,7 +41,7 @@ class ScaleSettings(BaseModel):
         "auto",
         description="How vLLM starts its engine core and API server processes "
         "(VLLM_WORKER_MULTIPROC_METHOD). fork inherits the first process's imports instead of "
-        "importing vLLM again in each; auto: fork.",
+        "importing vLLM again in each; auto: fork, except spawn for data parallelism on a CPU.",
     )
     data_parallel_size: int = Field(
         1, ge=1, le=1024,

@@ -83,10 +83,14 @@ def start_method(settings: Settings, device: str) -> str:
     cores a start took 16 s instead of 28. vLLM always spawns several API servers, and the
     engine core waits for them (26-47 s on the H200, docs/performance.md, "Start-up"): with
     fork, ``vllm_serve`` forks those too, and keeps fork where the CPU build would set spawn.
-    vLLM still spawns the engine core when CUDA is already initialized in the parent."""
+    vLLM still spawns the engine core when CUDA is already initialized in the parent.
+
+    Data parallelism on a CPU keeps spawn: forked there, with both cores busy, one of four
+    requests to a head whose second copy ran on an engines node hung for 120 s, and in another
+    run all four went to one copy (2 runs of 2); spawned, the same load passed."""
     if settings.engine_process_start != "auto":
         return settings.engine_process_start
-    return "fork"
+    return "spawn" if device != "cuda" and settings.data_parallel_size > 1 else "fork"
 
 
 def cpu_share(cpus: Sequence[int], index: int, copies: int) -> Optional[str]:

@@ -27,9 +27,10 @@ from server.stack.vllm_log import last_start, read_tail
 def run_until_exit(engine_python: Path, args: list[str], log: Path, timeout_s: float = 240,
                    poke_port: int = 0) -> list[str]:
     """Run vLLM until it fails; with ``poke_port``, send it a request once it serves
-    (a failure that only the first forward pass reveals)."""
+    (a failure that only the first forward pass reveals). Its processes fork, as `up` starts
+    them (``engine_args.start_method``)."""
     proc = ManagedProcess("engine", [str(engine_python), "-m", SERVE_MODULE, *args], log,
-                          marker=doctor.START_MARKER, cwd=ROOT)
+                          env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, marker=doctor.START_MARKER, cwd=ROOT)
     proc.start()
     deadline = time.monotonic() + timeout_s
     try:

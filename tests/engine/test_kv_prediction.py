@@ -52,7 +52,8 @@ def reported_kvs(engine_python: Path, models: dict[str, tuple[Path, float, int]]
             argv = [str(engine_python), "-m", SERVE_MODULE, str(model),
                     "--load-format", "dummy", "--enforce-eager", "--port", str(free_port()),
                     "--max-model-len", str(max_len), "--kv-cache-memory-bytes", str(int(gib * kp.GIB))]
-            procs[name] = ManagedProcess(f"engine {name}", argv, logs[name], cwd=ROOT)
+            procs[name] = ManagedProcess(f"engine {name}", argv, logs[name], cwd=ROOT,
+                                         env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"})  # as `up` starts it
             procs[name].start()
         reports, deadline = {}, time.monotonic() + 300
         while len(reports) < len(models):
