@@ -86,8 +86,8 @@ def start_method(settings: Settings, device: str) -> str:
     vLLM still spawns the engine core when CUDA is already initialized in the parent.
 
     Data parallelism on a CPU keeps spawn: forked there, with both cores busy, one of four
-    requests to a head whose second copy ran on an engines node hung for 120 s, and in another
-    run all four went to one copy (2 runs of 2); spawned, the same load passed."""
+    requests to a head whose second copy ran on an engines node hung for 120 s; spawned, the
+    same load passed (one run each)."""
     if settings.engine_process_start != "auto":
         return settings.engine_process_start
     return "spawn" if device != "cuda" and settings.data_parallel_size > 1 else "fork"

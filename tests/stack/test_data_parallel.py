@@ -46,9 +46,10 @@ def test_a_head_serves_with_the_copy_of_an_engines_machine_and_both_stop_cleanly
             assert answer.status_code == 200, answer.text
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
         # The head's API server spread the requests over both copies: rank 1 is on the node.
+        # A reply may end at the demo model's end of text before its 8 tokens: any reason counts.
         served = {m.group(1) for m in re.finditer(
-            r'vllm:request_success_total\{engine="(\d)",finished_reason="length"[^}]*\} ([1-9])', metrics)}
-        assert served == {"0", "1"}, metrics[:2000]
+            r'vllm:request_success_total\{engine="(\d)",[^}]*\} ([1-9])', metrics)}
+        assert served == {"0", "1"}, [line for line in metrics.splitlines() if "request_success" in line]
     finally:
         head.stop()
         if node is not None:

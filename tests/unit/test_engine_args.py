@@ -239,7 +239,7 @@ def test_engine_core_process_start_method(device, setting, method):
 
 @pytest.mark.parametrize("device, method", [("cpu", "spawn"), ("cuda", "fork")])
 def test_data_parallel_on_a_cpu_spawns_its_engine_cores(device, method):
-    # Forked, a data-parallel head on a busy CPU lost a request (engine_args.start_method).
+    # Forked, a data-parallel head on a busy CPU hung on a request (engine_args.start_method).
     data_parallel = dict(data_parallel_size=2, data_parallel_size_local=1, data_parallel_address="127.0.0.1")
     assert command(device, **data_parallel).env["VLLM_WORKER_MULTIPROC_METHOD"] == method
     asked = command(device, engine_process_start="fork", **data_parallel)
