@@ -57,7 +57,9 @@ async def test_streamed_multi_turn_chat(engine, client, counter):
     conversation = Conversation("You are a helpful assistant.")
     first = conversation.messages("今天天气怎么样？")
     pieces, stats = await ask(client, settings, first, extra_body={"ignore_eos": True})
-    assert len(pieces) > 5, "the reply must arrive in many pieces, not at once"
+    # Streamed, not at once; on busy cores vLLM merges the outputs the API server has not sent
+    # yet, so a piece may carry many tokens (4 pieces for 48 tokens in one full run).
+    assert len(pieces) > 1, "the reply must arrive in pieces, not at once"
     assert stats.completion_tokens == 48 and stats.finish_reason == "length"
     assert stats.prompt_tokens == await counter(first), "/tokenize must agree with usage"
     assert stats.ttft_s is not None and stats.tokens_per_s and stats.tokens_per_s > 0
