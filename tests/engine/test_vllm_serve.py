@@ -11,6 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from server.loadtest.lib import kills
 from server.paths import ROOT
 from tests.support.stack_process import descendants
 
@@ -50,24 +51,15 @@ def test_the_model_probe_runs_in_a_fork_and_is_cached_as_vllm_caches_it(engine_p
     assert cached["modelinfo"]["architecture"] == "Ernie4_5ForCausalLM"  # ... whose answer vLLM keeps
 
 
-def listening_inode(port: int) -> str:
-    """The inode of the socket that listens on ``port``, from /proc/net/tcp."""
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
-            return fields[9]
-    raise AssertionError(f"nothing listens on port {port}")
-
-
-def holders(inode: str, pids: set[int]) -> set[int]:
-    """The processes among ``pids`` with a file descriptor on that socket."""
+def holders(inodes: set[str], pids: set[int]) -> set[int]:
+    """The processes among ``pids`` with a file descriptor on one of those sockets."""
     held = set()
     for pid in pids:
         try:
-            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+            links = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
         except OSError:
             continue
-        if f"socket:[{inode}]" in links:
+        if links & {f"socket:[{inode}]" for inode in inodes}:
             held.add(pid)
     return held
 
@@ -83,4 +75,6 @@ def test_the_cpu_engine_core_is_forked_and_only_the_api_server_holds_the_port(en
     below = descendants(api_server)
     assert below, "the engine core runs in a process of its own"
     # They serve no HTTP: the port is the API server's alone, not held open by them.
-    assert holders(listening_inode(settings.engine_port), {api_server} | below) == {api_server}
+    listening = kills.listeners(settings.engine_port)
+    assert listening, f"nothing listens on port {settings.engine_port}"
+    assert holders(listening, {api_server} | below) == {api_server}
