@@ -32,8 +32,11 @@ from server.paths import ROOT
 from tests.support.stack_process import Up, alive, descendants, serving
 
 MODELS = ("demo", "demo-copy", "demo-small")
-IDLE_S = 50
-MIN_LOADED_S = 40  # below IDLE_S, so that the model pushed out is not stopped as idle first
+IDLE_S = 30
+# Counted from `up`'s start of the first two; the chat of the third comes a few seconds later. The
+# model it pushes out is marked used as that chat begins, so it is not stopped as idle before
+# its minimum is over (IDLE_S after that mark).
+MIN_LOADED_S = 20
 USER, PASSWORD = "alice", "wonderland-4711"
 ASLEEP = "ℹ️ **demo-small** is not loaded now: it starts with your first message."
 
@@ -146,9 +149,10 @@ def test_a_chat_of_the_asleep_model_loads_it_and_the_least_recently_used_stops(o
                 failures.append(time.monotonic())
             done.wait(2)
     user = threading.Thread(target=keep_using_demo_copy)
-    # The attack too: demo, idle since `up` started it, is asked to make room; before the
-    # minimum it was not pushed out, whatever its idleness.
+    # The attack too: demo, the least recently used, is asked to make room; before the minimum
+    # it was not pushed out.
     began = up.read_at[up.wait_for(r"^\[start-up\] ")]  # just after the models' minimum began
+    model_wake.mark_used(up.settings, "demo")  # before demo-copy's marks: still the least recent
     asked = time.time()  # the chat's message goes out a few seconds later
     user.start()
     try:

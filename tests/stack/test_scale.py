@@ -41,6 +41,10 @@ from tests.support.chat import PASSWORD, chats, login_cookie, page_of_worker, re
 # Tokens: long enough that a fault lands mid-reply, with each engine copy on a core of its
 # own (a reply of 1,500 took about 6 s there); the window holds a chat's second turn.
 LONG_REPLY = 3000
+# A copy killed as soon as every chat streams lands mid-reply of CRASH_REPLY tokens: two or
+# more streams share each copy's core then (about 150 tokens a second each), and every reply
+# that was on it goes on on the other copy, which then carries them all.
+CRASH_REPLY = 1000
 # Where no fault must land mid-reply, each chat asks for short replies (its settings panel): six
 # chats of LONG_REPLY tokens took 95 s of a run, a rolling restart's drains waited for them.
 SHORT_REPLY = 64
@@ -179,7 +183,8 @@ def test_a_dead_engine_copy_costs_no_chat_its_replies_go_on_on_the_other(stack):
         before = [await started_and_finished(url) for url in urls]
         sessions, asking = [], []
         for _ in range(3):
-            more = await chats(stack.url, cookie, [f"Long story {len(sessions) + i}." for i in range(4)])
+            more = await chats(stack.url, cookie, [f"Long story {len(sessions) + i}." for i in range(4)],
+                               reply_tokens=CRASH_REPLY)
             sessions += more
             asking += [asyncio.create_task(s.ask()) for s in more]
             await asyncio.sleep(0)
@@ -205,7 +210,7 @@ def test_a_dead_engine_copy_costs_no_chat_its_replies_go_on_on_the_other(stack):
     assert all(r.complete for r in records), [r.error or (r.final or "")[-200:] for r in records]
     continued = [r for r in records if r.continued]
     assert 1 <= len(continued) <= streaming[victim], f"{len(continued)} continued, streams: {streaming}"
-    assert {r.reply_tokens for r in records} == {LONG_REPLY}  # the parts of a continued reply add up
+    assert {r.reply_tokens for r in records} == {CRASH_REPLY}  # the parts of a continued reply add up
     assert later.record.complete, later.record.error
     stack.wait_for(rf"\[engine {victim}\] restarting in", after=mark, timeout_s=120)
     stack.wait_for(rf"\[engine {victim}\] vLLM ready", after=mark, timeout_s=900)
