@@ -25,14 +25,19 @@ from server.loadtest.lib.chat_socket import ChatSession
 from tests.support.stack_process import Up, serving
 from tests.support.chat import page_of_worker, run, until
 
-LONG_REPLY = 3000  # tokens: the kill lands mid-reply; two turns and a reply still fit the window
+# Tokens: the kill lands mid-reply (about 3 s of it stream alone on an idle engine, the kill
+# comes a second in); two turns and a reply still fit the session engine's 4,096-token window.
+LONG_REPLY = 1200
 PROMPT_TOKENS = re.compile(r"(\d+) prompt \+")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(engine, tmp_path_factory):
+    """The workers are what dies here: the session's engine serves them."""
+    settings, _ = engine
     yield from serving(Up(tmp_path_factory.mktemp("moved"), ERNIE_APP_WORKERS="2",
-                          ERNIE_KV_CACHE_GIB="0.5", ERNIE_MAX_MODEL_LEN="12288", ERNIE_IGNORE_EOS="true",
+                          ERNIE_ENGINE_URL=settings.engine_base_url, ERNIE_WARMUP="false",
+                          ERNIE_MAX_MODEL_LEN=str(settings.max_model_len), ERNIE_IGNORE_EOS="true",
                           ERNIE_MAX_TOKENS=str(LONG_REPLY), ERNIE_REQUEST_TIMEOUT_S="20"))
 
 
