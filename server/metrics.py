@@ -15,6 +15,7 @@ from typing import Optional
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from server import tls_contexts
 from server.settings import auth_headers, load_settings
 
 
@@ -137,7 +138,8 @@ class NoEngineStats(Exception):
 
 
 def fetch_metrics(base_url: str, api_key: Optional[str] = None, timeout_s: float = 5.0) -> EngineMetrics:
-    response = httpx.get(f"{base_url}/metrics", headers=auth_headers(api_key), timeout=timeout_s)
+    response = httpx.get(f"{base_url}/metrics", headers=auth_headers(api_key), timeout=timeout_s,
+                         verify=tls_contexts.shared())
     response.raise_for_status()
     if not publishes_engine_stats(response.text):
         raise NoEngineStats(f"The engine at {base_url} publishes no vLLM statistics on /metrics: "

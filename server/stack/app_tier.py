@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import httpx
 
-from server import worker_drain
+from server import tls_contexts, worker_drain
 from server.progress import StatusLine
 from server.settings import Settings, client_url
 from server.stack.engine_tier import StartupFailed
@@ -64,7 +64,8 @@ class Worker:
         replies streaming and chats' sockets open (app/kept/drain.py)."""
         headers = {"Authorization": f"Bearer {self.drain_token}"}
         url = self.url + worker_drain.PATH
-        answer = (httpx.post if start else httpx.get)(url, headers=headers, timeout=5)
+        answer = (httpx.post if start else httpx.get)(url, headers=headers, timeout=5,
+                                                      verify=tls_contexts.shared())
         answer.raise_for_status()
         return answer.json()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import platform
 import shutil
 import subprocess
@@ -68,6 +69,19 @@ def venv_python(venv: Path) -> Path:
 # Run by the environment's own Python: its site-packages, with a worker per core.
 COMPILE_ALL = ("import compileall, sysconfig; "
                "compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=1, workers=0)")
+
+
+# glibc gives each training step's large tensors (the logits: 37 MB) back to the kernel and
+# maps them again, zeroed, at the next step: 16 of the demo model's 76 CPU-seconds went there.
+# Kept in the heap, the build took 62 CPU-seconds and 35 s instead of 43 on 2 idle cores, and
+# wrote the same weights (docs/performance.md, "The set-up's demo models").
+TRAINING_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                   "MALLOC_TOP_PAD_": str(256 << 20)}
+
+
+def training_env(environ: dict) -> dict:
+    """TRAINING_MALLOC, but what the user set."""
+    return {name: value for name, value in TRAINING_MALLOC.items() if name not in environ}
 
 
 # --- which Python the engine runs on ---------------------------------------
@@ -216,7 +230,8 @@ def ensure_demo_model(model_dir: Path, engine_python: Path, root: Path = ROOT,
             return model_dir
         print("[setup] building the demo model (deterministic, under 2 min)", flush=True)
         run_step([str(engine_python), "-m", "server.stack.demo_model", str(model_dir), "--size", size],
-                 "demo model", root / SETUP_LOG, cwd=root, done_message=f"built in {model_dir}")
+                 "demo model", root / SETUP_LOG, cwd=root, env=training_env(os.environ),
+                 done_message=f"built in {model_dir}")
         stamp.write_text(wanted + "\n")
     return model_dir
 

@@ -69,7 +69,8 @@ def test_logging_into_ones_own_account_does_not_reset_the_address(login_app):
     assert status == 200
     status, seconds, _ = login(login_app, "nobody", "guess", source)
     print(f"the next guess from the address waited {seconds:.2f} s")
-    assert status == 401 and seconds >= MAX_S - 0.4, "the address's count was cleared"
+    # Up to MAX_S, less the time bob's login took on busy cores; none had the count been cleared.
+    assert status == 401 and seconds >= MAX_S / 2, "the address's count was cleared"
 
 
 @pytest.mark.parametrize("kept_in", ["sqlite", "postgres"])
@@ -92,7 +93,8 @@ def test_a_throttled_address_stays_throttled_after_a_restart(tmp_path, request, 
         # The slot the last guess left has passed during the restart; the one after waits.
         login(app, "carol", "guess", "127.0.0.50")
         status, seconds, _ = login(app, "carol", "guess", "127.0.0.50")
-        assert status == 401 and seconds >= MAX_S - 0.3, f"{seconds:.2f} s: the count was lost"
+        # Up to MAX_S, less the time the guess before took; none had the count been lost.
+        assert status == 401 and seconds >= MAX_S / 2, f"{seconds:.2f} s: the count was lost"
         assert (tmp_path / "auth.db").exists() == (kept_in == "sqlite"), "kept where it should be"
     finally:
         second.close()

@@ -70,4 +70,6 @@ def test_a_client_cannot_name_its_own_address_through_haproxy(balanced_login_app
         assert login(balanced_login_app, f"nobody{i}", "guess", source, headers=spoofed)[0] == 401
     status, seconds, _ = login(balanced_login_app, "nobody", "guess", source, headers={"X-Forwarded-For": "10.66.99.1"})
     print(f"the next guess from the address waited {seconds:.2f} s")
-    assert status == 401 and seconds >= MAX_S - 0.4, "each spoofed address was counted as another"
+    # Counted on its own address it waits up to MAX_S, less the time the guess before took
+    # (0.4 s and more on busy cores); counted as a new address it would not wait at all.
+    assert status == 401 and seconds >= MAX_S / 2, "each spoofed address was counted as another"

@@ -18,6 +18,7 @@ from typing import Optional
 
 import httpx
 
+from server import tls_contexts
 from server.errors import LoadTestError
 from server.loadtest.lib.chat_events import ChatEvents
 from server.loadtest.lib.chat_record import SessionRecord
@@ -117,7 +118,7 @@ class ChatSession(ChatEvents):
     async def _load_page(self) -> None:
         """As a browser tab: the page first, for its cookies (the balancer's worker pin, the
         app process's boot id, by which the app tells a chat that lost its process)."""
-        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S) as http:
+        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S, verify=tls_contexts.shared()) as http:
             page = await http.get(f"{self._url}/", headers=self._headers)
         cookies = [self._headers.get("Cookie", "")] + [f"{k}={v}" for k, v in page.cookies.items()]
         self._headers["Cookie"] = "; ".join(c for c in cookies if c)
