@@ -47,18 +47,16 @@ ensure_app_env() {
     # after another, so four pips, each a quarter of the pins, wait on them at once (15 s
     # instead of 28 on 2 cores, the same tree). pip compiles the bytecode on one core;
     # compileall does it on all of them (13 s became 8 s on 2 cores).
-    local part pids=() failed=""
-    for part in 0 1 2 3; do
-        awk -v part="$part" 'NF && $1 !~ /^#/ && (n++ % 4) == part' "$ROOT/requirements/app.txt" \
-            >"$ROOT/.cache/app-pins-$part.txt"
+    local part parts=4 pids=() failed=""
+    for ((part = 0; part < parts; part++)); do
+        awk -v part="$part" -v parts="$parts" 'NF && $1 !~ /^#/ && (n++ % parts) == part' \
+            "$ROOT/requirements/app.txt" >"$ROOT/.cache/app-pins-$part.txt"
         "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps --no-compile \
             -r "$ROOT/.cache/app-pins-$part.txt" >"$ROOT/.cache/setup-app-$part.log" 2>&1 &
         pids+=($!)
     done
-    for part in 0 1 2 3; do
+    for ((part = 0; part < parts; part++)); do
         wait "${pids[$part]}" || { [ -n "$failed" ] || tail -n 20 "$ROOT/.cache/setup-app-$part.log" >&2; failed=1; }
-    done
-    for part in 0 1 2 3; do
         cat "$ROOT/.cache/setup-app-$part.log"
         rm -f "$ROOT/.cache/setup-app-$part.log" "$ROOT/.cache/app-pins-$part.txt"
     done >"$ROOT/.cache/setup-app.log"
