@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import httpx
 
+from server import tls_contexts
+
 
 def metric(base_url: str, name: str, **labels: str) -> float:
     """Sum of a Prometheus series over the label sets that match ``labels``, from /metrics."""
-    return metric_from_text(httpx.get(f"{base_url}/metrics", timeout=5).text, name, **labels)
+    return metric_from_text(httpx.get(f"{base_url}/metrics", timeout=5,
+                                      verify=tls_contexts.shared()).text, name, **labels)
 
 
 async def metric_async(base_url: str, name: str, **labels: str) -> float:
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with httpx.AsyncClient(timeout=5, verify=tls_contexts.shared()) as http:
         return metric_from_text((await http.get(f"{base_url}/metrics")).text, name, **labels)
 
 
