@@ -1,6 +1,6 @@
 # Shared by the scripts: find a Python, create the app environment (.venv) once.
 # The engine's environment (.venv-engine) is created by `ernie-chat up` itself, because
-# which vLLM build it needs depends on the machine (server/stack/provision.py).
+# which vLLM build it needs depends on the machine (server/stack/engine_env.py).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"

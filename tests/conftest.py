@@ -9,8 +9,9 @@ model build and the readiness wait that ``./scripts/up`` uses.
 A test's folder says what it starts, and marks it (README, "Tests"): tests/unit/ starts
 nothing; tests/app/ an app, the session's engine or PostgreSQL; tests/browser/ drives
 Chromium; tests/engine/ vLLM itself or another server; tests/stack/ the whole stack;
-tests/models/ several models; tests/network/ reaches a package registry.  Helpers shared
-by the tests are in tests/support/.
+tests/models/ several models; tests/network/ reaches a package registry; tests/deploy/ builds
+the CPU image and runs it and compose.yaml with podman.  Helpers shared by the tests are in
+tests/support/.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import pytest
 from server import chat_db
 from server.paths import ROOT  # noqa: E402  (one definition of the root)
 from server.passwords import hash_password
-from server.stack import provision
+from server.settings import load_settings
+from server.stack import engine_env, provision
 from server.stack.processes import free_port
 from server.stack.supervisor import Stack
 from tests.support import openai_standin, postgres, schedule
@@ -41,7 +43,7 @@ from tests.support.settings import APP_MAX_TOKENS, engine_settings, start_app
 TESTS = Path(__file__).resolve().parent
 GROUPS = pytest.StashKey[Path]()  # the file where the workers write the groups
 # The folders, each its marker (pyproject.toml, [tool.pytest.ini_options]).
-TIERS = ("unit", "app", "browser", "engine", "stack", "models", "network")
+TIERS = ("unit", "app", "browser", "engine", "stack", "models", "network", "deploy")
 # Seconds per module of the last full run (tests/support/schedule.py).
 DURATIONS = TESTS / "data" / "durations.json"
 
@@ -50,9 +52,6 @@ def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="only the unit tests (tests/unit/): no vLLM, app, database, balancer, browser "
                           "or network")
-    parser.addoption("--containers", action="store_true",
-                     help="also build and run the container images with podman "
-                          "(tests/network/test_containers.py: 9-15 minutes with nothing cached)")
     parser.addoption("--store-durations", action="store_true",
                      help=f"after a run of both processes (./scripts/test), write each module's seconds "
                           f"to {DURATIONS.relative_to(ROOT)}")
@@ -151,7 +150,7 @@ def clean_env(monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def engine_python() -> Path:
     """The engine environment's Python, installed as `up` installs it."""
-    return provision.ensure_engine_env(Path(".venv-engine"), "cpu", ROOT)
+    return engine_env.ensure_engine_env(Path(".venv-engine"), "cpu", ROOT, load_settings().torch_index_url)
 
 
 @pytest.fixture(scope="session")

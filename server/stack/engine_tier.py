@@ -29,7 +29,7 @@ from server.plan.device import read_memory
 from server.plan.model_config import load_shape
 from server.progress import StatusLine
 from server.settings import Settings
-from server.stack import doctor, provision
+from server.stack import doctor, engine_env, provision
 from server.stack.engine_args import EngineCommand, EngineCopy, engine_command
 from server.stack.model_source import choose_model
 from server.stack.processes import ManagedProcess
@@ -168,7 +168,7 @@ class EngineTier:
     def resolve_model(self) -> None:
         """The engine's Python and the model's folder or hub id (the demo model built)."""
         s = self.settings
-        python = self.python = provision.ensure_engine_env(s.engine_venv, self.device, self.root)
+        python = self.python = engine_env.ensure_engine_env(s.engine_venv, self.device, self.root, s.torch_index_url)
         choice = choose_model(s, root=self.root)
         self.out(f"[model] {choice.reason}" if choice.is_demo else f"[model] serving {choice.reason}")
         provision.ensure_model(choice, python, self.root)

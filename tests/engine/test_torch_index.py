@@ -20,7 +20,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from server.stack import platforms, provision
+from server.settings import load_settings
+from server.stack import engine_env, platforms
 from server.stack.processes import free_port
 from tests.support.torch_wheel import LOCAL_TORCH, TORCH, TORCH_WHEEL
 
@@ -81,7 +82,7 @@ def test_a_fresh_box_gets_torch_from_the_torch_index_and_says_so(fresh_box, stan
     url, requests_log = stand_in_index
     monkeypatch.setenv("ERNIE_TORCH_INDEX_URL", url)  # the setting, as a user would give it
     venv = fresh_box / ".venv-engine"
-    python = provision.ensure_engine_env(venv, "cpu", fresh_box)
+    python = engine_env.ensure_engine_env(venv, "cpu", fresh_box, load_settings().torch_index_url)
     out = capfd.readouterr().out
     assert f"{TORCH} is not in the package indexes pip is configured with here: installing it from {url}" in out
     assert f"[torch] {TORCH} installed from {url}" in out
@@ -89,18 +90,18 @@ def test_a_fresh_box_gets_torch_from_the_torch_index_and_says_so(fresh_box, stan
     version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"],
                              capture_output=True, text=True, timeout=60).stdout.strip()
     assert version == TORCH.split("==")[1]
-    assert (venv / provision.STAMP).exists()
+    assert (venv / engine_env.STAMP).exists()
 
 
 def test_an_unreachable_torch_index_fails_fast_with_what_to_do(fresh_box):
     dead = f"http://127.0.0.1:{free_port()}/simple"  # nothing listens there
     venv = fresh_box / ".venv-engine"
     started = time.monotonic()
-    with pytest.raises(provision.TorchNotFound) as info:
-        provision.ensure_engine_env(venv, "cpu", fresh_box, torch_index_url=dead)
+    with pytest.raises(engine_env.TorchNotFound) as info:
+        engine_env.ensure_engine_env(venv, "cpu", fresh_box, dead)
     took = time.monotonic() - started
     message = str(info.value)
     assert f"{TORCH} was found neither by pip as configured here nor at {dead}" in message
     assert "ERNIE_TORCH_INDEX_URL" in message and "PIP_FIND_LINKS" in message
-    assert not (venv / provision.STAMP).exists()
+    assert not (venv / engine_env.STAMP).exists()
     print(f"venv + probe + failed fallback: {took:.1f} s")

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.stack import provision
+from server.stack import engine_env
 from tests.support.pins import ARM, X86, name, requirements
 GLIBC_FLOOR = 31  # llguidance's aarch64 wheel is manylinux_2_31 (README: set-up)
 AARCH64_TAGS = [f"manylinux_2_{level}_aarch64" for level in range(17, GLIBC_FLOOR + 1)] + ["manylinux2014_aarch64"]
@@ -28,7 +28,7 @@ def pypi():
 def aarch64_dry_run(pins: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     (tmp_path / "pins.txt").write_text("\n".join(pins) + "\n")
     platform_args = [arg for tag in AARCH64_TAGS for arg in ("--platform", tag)]
-    argv = provision.pip_install(Path(sys.executable), "--dry-run", "--no-deps", "--ignore-installed",
+    argv = engine_env.pip_install(Path(sys.executable), "--dry-run", "--no-deps", "--ignore-installed",
                                  "--target", str(tmp_path / "target"), *platform_args,
                                  "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
                                  "--only-binary=:all:", "--quiet", "--report", str(tmp_path / "report.json"),

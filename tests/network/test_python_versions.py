@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from server.stack import provision
+from server.stack import engine_env
 from server.paths import ROOT
 from tests.support.pythons import interpreter
 APP_PINS = ROOT / "requirements" / "app.txt"
@@ -29,16 +29,16 @@ VERSIONS = ["3.12", "3.13"]
 def app_env(version: str) -> Path:
     """A venv of app.txt on that Python, built unless the cached one matches app.txt."""
     venv = ROOT / ".cache" / f"python{version}-app"
-    stamp = venv / provision.STAMP
-    wanted = provision.file_digest(APP_PINS)
-    python = provision.venv_python(venv)
+    stamp = venv / engine_env.STAMP
+    wanted = engine_env.file_digest(APP_PINS)
+    python = engine_env.venv_python(venv)
     if stamp.exists() and stamp.read_text().strip() == wanted and python.exists():
         return python
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([str(interpreter(version)), "-m", "venv", str(venv)], check=True, timeout=300)
     # No byte-code at install: the two test modules import few of its 7,500 files, and
     # compiling them all costs each environment CPU seconds the other tests need.
-    install = subprocess.run(provision.pip_install(python, "--no-deps", "--no-compile", "-r", str(APP_PINS)),
+    install = subprocess.run(engine_env.pip_install(python, "--no-deps", "--no-compile", "-r", str(APP_PINS)),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
     assert install.returncode == 0, f"app.txt does not install on Python {version}:\n{install.stdout[-3000:]}"
     stamp.write_text(wanted + "\n")

@@ -1,4 +1,4 @@
-"""The CPU image built and run with Debian's podman, as tests/network/test_containers.py does.
+"""The CPU image built and run with Debian's podman, as tests/deploy/test_containers.py does.
 
 No image registry is reachable from the test machines, so the image's ``FROM`` is replaced
 (``podman build --from``) by a base made from Debian's packages with ``mmdebstrap`` and
@@ -8,6 +8,10 @@ wheel folders and file indexes this machine's pip is configured with, mounted re
 What podman needs on these machines (checked on Debian 12's podman 4.3): Debian's runc (crun
 fails on the kernel's hybrid cgroups), no default ulimits, cgroupfs: a containers.conf of the
 test's own (``CONTAINERS_CONF``), so the machine's podman is left as it is.
+
+``python -m tests.support.containers`` builds the image: ``./scripts/test`` runs it in the
+background while the first tests run. One build at a time (a file lock): the test's own build
+waits for it, then finds podman's layer cache current.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Optional
 
 from server.paths import ROOT
+from server.settings import load_settings
+from server.stack import engine_env
 from tests.support.stack_process import descendants
 
 CONTAINERFILE = ROOT / "deploy" / "Containerfile"
@@ -39,6 +45,7 @@ cgroup_manager = "cgroupfs"
 runtime = "runc"
 """
 BUILD_LIMIT_S = 1800
+WORK = ROOT / ".cache" / "podman"  # the test's containers.conf and the build's pip.conf
 
 
 def missing_tools() -> list[str]:
@@ -60,10 +67,11 @@ def why_no_podman() -> Optional[str]:
     return None
 
 
-def environment(folder: Path) -> dict[str, str]:
-    conf = folder / "containers.conf"
+def environment() -> dict[str, str]:
+    conf = WORK / "containers.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(CONTAINERS_CONF)
+    if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
+        conf.write_text(CONTAINERS_CONF)
     return {**os.environ, "CONTAINERS_CONF": str(conf)}
 
 
@@ -128,11 +136,12 @@ def pip_mounts(folder: Path) -> list[str]:
     return [arg for mount in dict.fromkeys(mounts) for arg in ("-v", mount)]
 
 
-def build_image(env: dict[str, str], folder: Path) -> str:
+def build_image(env: dict[str, str]) -> str:
     """deploy/Containerfile built on the Debian base; podman's layer cache keeps what is unchanged."""
-    base = base_image(env)
-    podman(env, "build", "--format", "docker", "--from", base, "--network", "host",
-           *pip_mounts(folder), "-f", str(CONTAINERFILE), "-t", IMAGE, str(ROOT), timeout=BUILD_LIMIT_S)
+    with engine_env.building(WORK / "image"):
+        base = base_image(env)
+        podman(env, "build", "--format", "docker", "--from", base, "--network", "host",
+               *pip_mounts(WORK), "-f", str(CONTAINERFILE), "-t", IMAGE, str(ROOT), timeout=BUILD_LIMIT_S)
     return IMAGE
 
 
@@ -183,3 +192,13 @@ def instructions(path: Path) -> list[tuple[str, str]]:
         joined = ""
     assert joined == "", f"{path.name} ends inside a continued line"
     return parsed
+
+
+if __name__ == "__main__":
+    if reason := why_no_podman():
+        sys.exit(f"no image built: {reason}")
+    # After the checkout's own engine environment (`prepare`, started first, builds it; this
+    # waits for it or builds it): the two install the same vLLM, and the first tests wait for
+    # the checkout's.
+    engine_env.ensure_engine_env(ROOT / ".venv-engine", "cpu", ROOT, load_settings().torch_index_url)
+    print(f"built {build_image(environment())}")

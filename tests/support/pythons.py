@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server.stack import provision
+from server.stack import engine_env
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -20,7 +20,7 @@ def interpreter(version: str) -> Path:
     found = [shutil.which(f"python{version}")] + sorted(map(str, PYENV.glob(f"{version}.*/bin/python{version}")))
     wanted = tuple(int(part) for part in version.split("."))
     for candidate in filter(None, found):
-        if provision.python_version(candidate) == wanted:
+        if engine_env.python_version(candidate) == wanted:
             return Path(subprocess.run([candidate, "-c", "import sys; print(sys.executable)"],
                                        capture_output=True, text=True, timeout=30).stdout.strip())
     pytest.skip(f"Python {version} is not installed here (no python{version} on PATH, none under {PYENV})")

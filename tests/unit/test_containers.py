@@ -4,14 +4,17 @@ tests/network/test_containers.py builds and runs the CPU image and compose.yaml 
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
 from server.paths import ROOT
-from tests.support.containers import CONTAINERFILE, instructions
+from server.settings import Settings
+from server.stack.engine_env import pinned
 from server.stack.platforms import GPU_REQUIREMENTS
-from server.stack.provision import pinned
+from tests.support.containers import CONTAINERFILE, instructions
 
 GPU_FILE = ROOT / "deploy" / "Containerfile.gpu"
 STATE = ["/opt/ernie-chat/data", "/opt/ernie-chat/run", "/opt/ernie-chat/.cache", "/home/ernie/.cache"]
@@ -23,7 +26,7 @@ def test_the_gpu_image_is_vllms_own_image_of_the_pinned_vllm():
     assert parsed[0] == ("ARG", f"VLLM_TAG=v{version}")
     assert parsed[1] == ("FROM", "docker.io/vllm/vllm-openai:${VLLM_TAG}")
     # The image's vLLM is the engine's: no index while its environment is set up.
-    engine_step = next(args for word, args in parsed if word == "RUN" and "ensure_engine_env" in args)
+    engine_step = next(args for word, args in parsed if word == "RUN" and "server.stack.engine_env" in args)
     assert "--system-site-packages" in engine_step and "PIP_NO_INDEX=1" in engine_step
     assert "ERNIE_DEVICE=cuda" in dict(parsed)["ENV"]  # no GPU while the image builds
 
@@ -42,6 +45,48 @@ def test_each_image_runs_up_as_pid_1_unprivileged_with_its_state_in_volumes(path
     assert all(f'"{folder}"' in volumes for folder in STATE), volumes
     assert "server.stack.health" in dict(parsed)["HEALTHCHECK"]
     assert dict(parsed)["STOPSIGNAL"] == "SIGTERM"
+
+
+def imported_files(module: Path) -> set[Path]:
+    """``module`` and every file of this project it imports, itself or through others, with
+    the packages' ``__init__.py``: what must be in the image for it to run."""
+    found, todo = set(), [module]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.add(path)
+        relative = path.relative_to(ROOT)
+        todo += [ROOT.joinpath(*relative.parts[:i], "__init__.py") for i in range(1, len(relative.parts))]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for name in names:
+                candidate = ROOT.joinpath(*name.split("."))
+                todo += [file for file in (candidate.with_suffix(".py"), candidate / "__init__.py") if file.is_file()]
+    return found
+
+
+@pytest.mark.parametrize("path", [CONTAINERFILE, GPU_FILE], ids=lambda p: p.name)
+def test_the_engine_layer_holds_the_engine_module_and_all_it_imports_and_nothing_more(path):
+    """A file missing fails the build (ImportError); one too many reinstalls vLLM whenever it
+    changes."""
+    parsed = instructions(path)
+    engine_step = next(i for i, (word, args) in enumerate(parsed)
+                       if word == "RUN" and "-m server.stack.engine_env" in args)
+    copied = set()
+    for word, args in parsed[:engine_step]:
+        if word == "COPY" and args.split()[-1].startswith("server/"):
+            *sources, target = args.split()
+            assert all(Path(source).parent == Path(target) for source in sources), args  # COPY flattens
+            copied |= {ROOT / source for source in sources}
+    assert copied == imported_files(ROOT / "server" / "stack" / "engine_env.py")
+
+
+def test_the_cpu_images_torch_index_is_the_settings_default():
+    default = Settings.model_fields["torch_index_url"].default
+    assert ("ARG", f"ERNIE_TORCH_INDEX_URL={default}") in instructions(CONTAINERFILE)
 
 
 def test_compose_defaults_to_an_exposed_chat_with_a_login_and_https():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.stack import platforms, provision
+from server.stack import engine_env, platforms, provision
 from server.stack.platforms import EngineUnsupported, engine_requirements, why_no_vllm
 from server.paths import ROOT
 from server.settings import load_settings
@@ -60,11 +60,11 @@ def test_the_refusal_is_one_sentence_then_the_commands_that_work_there():
 
 
 def test_on_a_mac_up_refuses_before_creating_anything(tmp_path, monkeypatch):
-    monkeypatch.setattr(provision.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(provision.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(engine_env.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(engine_env.platform, "machine", lambda: "arm64")
     venv = tmp_path / ".venv-engine"
     with pytest.raises(EngineUnsupported) as info:
-        provision.ensure_engine_env(venv, "cpu", ROOT)
+        engine_env.ensure_engine_env(venv, "cpu", ROOT, "https://download.pytorch.org/whl/cpu")
     assert "ollama serve" in str(info.value)
     assert not venv.exists()
     assert info.value.render().startswith("ERROR: vLLM cannot be installed on this machine")
@@ -78,14 +78,14 @@ def test_on_a_mac_up_refuses_before_creating_anything(tmp_path, monkeypatch):
     ([("/app/python", (3, 13)), ("/shims/python3.11", None)], ("/app/python", (3, 13))),
 ])
 def test_the_engine_prefers_python_3_11(candidates, picked):
-    assert provision.pick_engine_python(candidates) == picked
+    assert engine_env.pick_engine_python(candidates) == picked
 
 
 def test_the_torch_pin_is_read_from_each_cpu_pin_file():
     for pins in platforms.CPU_REQUIREMENTS.values():
-        assert provision.pinned((ROOT / pins).read_text(), "torch") == "torch==2.13.0+cpu"
-    assert provision.pinned((ROOT / platforms.GPU_REQUIREMENTS).read_text(), "torch") is None
-    assert provision.pinned("# torch==1.0 in a comment\nTorch==2.0 # pinned\n", "torch") == "Torch==2.0"
+        assert engine_env.pinned((ROOT / pins).read_text(), "torch") == "torch==2.13.0+cpu"
+    assert engine_env.pinned((ROOT / platforms.GPU_REQUIREMENTS).read_text(), "torch") is None
+    assert engine_env.pinned("# torch==1.0 in a comment\nTorch==2.0 # pinned\n", "torch") == "Torch==2.0"
 
 
 # --- scripts/lib.sh: which Python the app environment is created with ---------
@@ -126,7 +126,7 @@ def test_prepare_builds_the_engine_env_and_only_the_demo_models_served(tmp_path,
     local = tmp_path / "my-model"
     local.mkdir()
     built = []
-    monkeypatch.setattr(provision, "ensure_engine_env", lambda venv, device, root: Path("/engine/python"))
+    monkeypatch.setattr(provision, "ensure_engine_env", lambda venv, device, root, index: Path("/engine/python"))
     monkeypatch.setattr(provision, "ensure_demo_model",
                         lambda folder, python, root, size: built.append((folder.name, str(python), size)))
     settings = load_settings(models=f"demo,demo-small,{local}", demo_model_dir=tmp_path / "demo")

@@ -7,14 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from server.stack import provision
+from server.stack import engine_env
 from tests.support.torch_wheel import LOCAL_TORCH, TORCH
 
 pytestmark = LOCAL_TORCH
 
 
 def probe(python: Path) -> int:
-    return subprocess.run(provision.torch_probe(python, TORCH), capture_output=True, timeout=120).returncode
+    return subprocess.run(engine_env.torch_probe(python, TORCH), capture_output=True, timeout=120).returncode
 
 
 def test_the_probe_finds_torch_locally_and_not_on_a_fresh_box(monkeypatch, tmp_path):

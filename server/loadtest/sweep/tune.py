@@ -60,7 +60,7 @@ from server.plan.device import resolve_device
 from server.plan.model_config import load_shape
 from server.progress import StepFailed
 from server.settings import Settings, load_settings
-from server.stack import provision
+from server.stack import engine_env, provision
 from server.stack.model_source import choose_model
 from server.stack.processes import free_port
 from server.stack.supervisor import Shutdown, raise_shutdown
@@ -202,7 +202,7 @@ def needed_max_model_len(args: argparse.Namespace, settings: Settings, device: s
 
 def engine_python(given: Optional[Path], settings: Settings) -> Path:
     """--engine-python (a path, or a command on PATH such as python3), else the engine env's."""
-    python = given or provision.venv_python(ROOT / settings.engine_venv)
+    python = given or engine_env.venv_python(ROOT / settings.engine_venv)
     found = python if python.exists() else shutil.which(str(python))
     if not found:
         raise TuneError(f"No engine Python at {python}: run ./scripts/up once, or pass "

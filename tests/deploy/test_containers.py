@@ -1,12 +1,15 @@
 """The CPU image (deploy/Containerfile) and compose.yaml, built and run for real with Debian's
 podman and podman-compose (tests/support/containers.py says how, on machines without an
-image registry): `up` as PID 1 serves chats sent by `qa-load`, stops on SIGTERM with nothing
-left, keeps its state in volumes, and a new container on the same volumes reopens the saved
-chats. Run with --containers (./scripts/test --containers); skipped where podman cannot be
-installed (not root, or no apt-get).
+image registry). `up` as PID 1 serves chats sent by `qa-load`, stops on SIGTERM with nothing
+left and keeps its state in volumes; compose.yaml, brought up on those volumes, serves the same
+chats behind a login and HTTPS and reopens the one saved by the first container. Skipped where
+podman cannot be installed (not root, or no apt-get).
 
-The demo model goes into the state volume from this checkout's .cache (the suite builds it
-anyway), as a first start would have left it: building it in the container costs minutes."""
+`./scripts/test` installs podman with the other Debian packages and builds the image in the
+background while the first tests run (its output in .cache/setup-image.log); the test waits
+for that build and builds what it left (podman's layer cache keeps the rest). The demo model
+goes into the state volume from this checkout's .cache (the suite builds it anyway), as a first
+start would have left it: building it in the container costs minutes."""
 
 from __future__ import annotations
 
@@ -39,19 +42,15 @@ VOLUMES = {"data": "/opt/ernie-chat/data", "run": "/opt/ernie-chat/run",
 
 
 @pytest.fixture(scope="module")
-def podman_env(tmp_path_factory, pytestconfig):
-    if not pytestconfig.getoption("--containers"):
-        # Building the image from nothing takes 9-15 minutes on 2 cores: more than the
-        # rest of a full run may add to it.
-        pytest.skip("the container images are built with --containers (./scripts/test --containers)")
+def podman_env():
     if reason := containers.why_no_podman():
         pytest.skip(reason)
-    return containers.environment(tmp_path_factory.mktemp("podman"))
+    return containers.environment()
 
 
 @pytest.fixture(scope="module")
-def image(podman_env, tmp_path_factory) -> str:
-    return containers.build_image(podman_env, tmp_path_factory.mktemp("build"))
+def image(podman_env) -> str:
+    return containers.build_image(podman_env)
 
 
 @pytest.fixture(scope="module")
@@ -114,18 +113,24 @@ def reopened(url: str, thread_id: str, verify: bool | ssl.SSLContext = True) -> 
     return response.json()
 
 
-def test_the_image_serves_stops_on_sigterm_keeps_its_state_and_reopens_chats(
+def test_the_image_serves_and_stops_then_compose_on_its_volumes_serves_its_chats_over_https(
         image, podman_env, users, demo_model, tmp_path):
-    env, name = podman_env, f"ernie-chat-test-{os.getpid()}"
-    volumes = {key: f"{name}-{key}" for key in VOLUMES}
+    """One life of the state volumes: `podman run` as a user runs the image (plain HTTP on this
+    host), then compose.yaml as it is on the same volumes, the way compose names a project's
+    (`<project>_data`, ...): the chat on the container's every address, published on the host's
+    loopback only here, behind a login and HTTPS with the local CA made at its first start."""
+    env, project = podman_env, f"ernie-chat-test-{os.getpid()}"
+    volumes = {key: f"{project}_{key}" for key in VOLUMES}
     containers.seed_volume(env, volumes["state"], demo_model, "demo-model")
-    app_port, engine_port, metrics_port = free_port(), free_port(), free_port()
+    name, app_port = project, free_port()
     run = ["run", "-d", "--name", name, "--network", "host",
            "-e", "ERNIE_MODEL=demo", "-e", f"ERNIE_USERS={users}", "-e", "ERNIE_CHAT_DB=data/chats.db",
-           "-e", f"ERNIE_APP_PORT={app_port}", "-e", f"ERNIE_ENGINE_PORT={engine_port}",
-           "-e", f"ERNIE_METRICS_PORT={metrics_port}",
+           "-e", f"ERNIE_APP_PORT={app_port}", "-e", f"ERNIE_ENGINE_PORT={free_port()}",
+           "-e", f"ERNIE_METRICS_PORT={free_port()}",
            *[arg for key, path in VOLUMES.items() for arg in ("-v", f"{volumes[key]}:{path}")], image]
-    url = f"http://127.0.0.1:{app_port}"
+    compose = ["podman-compose", "-p", project, "-f", str(containers.COMPOSE_FILE)]
+    compose_env = {**env, "ERNIE_USERS": users, "ERNIE_MODEL": "demo", "ERNIE_APP_PORT": str(app_port),
+                   "PUBLISH_ADDRESS": "127.0.0.1"}
     try:
         containers.podman(env, *run)
         logs = wait_for_chat(env, name)
@@ -134,11 +139,10 @@ def test_the_image_serves_stops_on_sigterm_keeps_its_state_and_reopens_chats(
         # The image's HEALTHCHECK, run as podman's timer would (no systemd here to run one);
         # podman fails on an unhealthy answer.
         containers.podman(env, "healthcheck", "run", name)
-        result = qa_load(url)
-        thread_id = result["sessions"][0]["thread_id"]
-        assert thread_id
-        pids = assert_unprivileged_and_no_zombies(env, name)
-        stop_with_sigterm(env, name, pids)
+        first = qa_load(f"http://127.0.0.1:{app_port}")
+        saved = first["sessions"][0]
+        assert saved["thread_id"]
+        stop_with_sigterm(env, name, assert_unprivileged_and_no_zombies(env, name))
 
         # Every file `up` keeps is in a volume: the container's own layer holds scratch only.
         added = [line.split(" ", 1)[1] for line in containers.podman(env, "diff", name).splitlines()
@@ -148,31 +152,10 @@ def test_the_image_serves_stops_on_sigterm_keeps_its_state_and_reopens_chats(
         assert (data / "chats.db").stat().st_size > 0 and (data / "usage.jsonl").exists()
         assert (containers.volume_path(env, volumes["run"]) / "llm.log").exists()
         assert (state / "chainlit-auth-secret").exists()
-
-        # A new container of the image on the same volumes: the saved chat reopens.
         containers.podman(env, "rm", name)
-        containers.podman(env, *run)
-        wait_for_chat(env, name)
-        thread = reopened(url, thread_id)
-        messages = [step["output"] for step in thread["steps"] if step["type"] == "user_message"]
-        assert messages == [result["sessions"][0]["prompt"]], thread["steps"]
-        stop_with_sigterm(env, name, [pid for pid, _ in containers.container_processes(env, name)])
-    finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", name], env=env, capture_output=True)
-        subprocess.run(["podman", "volume", "rm", "-f", *volumes.values()], env=env, capture_output=True)
 
-
-def test_compose_up_serves_an_exposed_chat_with_login_and_https(image, podman_env, users, demo_model, tmp_path):
-    """compose.yaml as it is, its image built above: the chat on the container's every address,
-    published on the host's loopback only here, behind a login and HTTPS with the local CA."""
-    project, app_port = f"ernie-chat-compose-{os.getpid()}", free_port()
-    env = {**podman_env, "ERNIE_USERS": users, "ERNIE_MODEL": "demo", "ERNIE_APP_PORT": str(app_port),
-           "PUBLISH_ADDRESS": "127.0.0.1"}
-    compose = ["podman-compose", "-p", project, "-f", str(containers.COMPOSE_FILE)]
-    containers.seed_volume(env, f"{project}_state", demo_model, "demo-model")
-    try:
-        done = subprocess.run([*compose, "up", "-d", "--no-build"], env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run([*compose, "up", "-d", "--no-build"], env=compose_env, capture_output=True,
+                              text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         name = containers.podman(env, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}",
                                  "--format", "{{.Names}}")
@@ -181,14 +164,18 @@ def test_compose_up_serves_an_exposed_chat_with_login_and_https(image, podman_en
         assert f"Chat:   {url}" in logs
         containers.podman(env, "healthcheck", "run", name)  # compose's check, on HTTPS
         assert httpx.get(f"http://127.0.0.1:{app_port}/").status_code == 308  # plain HTTP: a redirect
-        ca = tmp_path / "ca.pem"  # the local CA made at the first start, in the state volume
-        ca.write_bytes((containers.volume_path(env, f"{project}_state") / "tls" / "ca.pem").read_bytes())
-        result = qa_load(url, ("SSL_CERT_FILE", str(ca)))
-        assert reopened(url, result["sessions"][0]["thread_id"], verify=ssl.create_default_context(cafile=ca))["steps"]
+        ca = tmp_path / "ca.pem"  # the local CA made at this first exposed start, in the state volume
+        ca.write_bytes((state / "tls" / "ca.pem").read_bytes())
+        verify = ssl.create_default_context(cafile=ca)
+        second = qa_load(url, ("SSL_CERT_FILE", str(ca)))
+        assert reopened(url, second["sessions"][0]["thread_id"], verify)["steps"]
+        # The chat saved by the first container, reopened from the same volume.
+        thread = reopened(url, saved["thread_id"], verify)
+        messages = [step["output"] for step in thread["steps"] if step["type"] == "user_message"]
+        assert messages == [saved["prompt"]], thread["steps"]
         stop_with_sigterm(env, name, [pid for pid, _ in containers.container_processes(env, name)])
-        assert (containers.volume_path(env, f"{project}_data") / "chats.db").stat().st_size > 0
     finally:
-        subprocess.run([*compose, "down", "-v"], env=env, capture_output=True, timeout=300)
+        subprocess.run(["podman", "rm", "-f", "-t", "0", project], env=env, capture_output=True)
+        subprocess.run([*compose, "down"], env=compose_env, capture_output=True, timeout=300)
         subprocess.run(["podman", "network", "rm", "-f", f"{project}_default"], env=env, capture_output=True)
-        subprocess.run(["podman", "volume", "rm", "-f", *[f"{project}_{key}" for key in VOLUMES]],
-                       env=env, capture_output=True)
+        subprocess.run(["podman", "volume", "rm", "-f", *volumes.values()], env=env, capture_output=True)
