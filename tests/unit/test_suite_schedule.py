@@ -83,3 +83,15 @@ def test_the_cores_busy_share_comes_from_the_idle_ticks_of_proc_stat():
     assert before == (850, 1000) and after == (1150, 1700)
     assert busy_share(before, after) == 1 - 300 / 700
     assert busy_share(after, after) == 0.0
+
+
+def test_every_folder_of_tests_is_a_tier_the_run_collects_and_marks():
+    """A folder of test modules left out of pytest's testpaths is never run by ./scripts/test."""
+    import tomllib
+
+    from tests.conftest import TESTS, TIERS
+    options = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    with_tests = {path.parent.name for path in TESTS.glob("*/test_*.py")}
+    assert with_tests == set(TIERS)
+    assert options["testpaths"] == [f"tests/{tier}" for tier in TIERS]
+    assert [marker.split(":")[0] for marker in options["markers"]] == list(TIERS)
