@@ -413,6 +413,7 @@ def test_distinct_offsets_refuses_a_corpus_too_short_or_too_repetitive():
     assert offsets is not None and len(set(offsets)) == 200
     assert distinct_offsets(ids[:100], 200, random.Random(1)) is None     # places repeat
     assert distinct_offsets([0, 1] * 500, 50, random.Random(1)) is None   # two first blocks only
+    assert distinct_offsets([], 50, random.Random(1)) is None               # a tokenizer that gives none
 
 
 def test_the_engine_view_is_the_difference_of_two_metrics_readings():

@@ -9,8 +9,9 @@ does in production:
 
 * ``GET /v1/models`` with ``owned_by: vllm`` and ``max_model_len`` (the app then sends
   vLLM's own fields and counts with ``/tokenize``), ``POST /tokenize`` (a count of
-  whitespace-separated words, 3 per message), ``GET /metrics`` (the gauges the app reads),
-  ``GET /health``;
+  whitespace-separated words, 3 per message; a ``prompt``'s words as ids, which ``POST
+  /detokenize`` joins back, so that ``bench`` builds its prompts here), ``GET /metrics`` (the
+  gauges the app reads), ``GET /health``;
 * ``POST /v1/chat/completions`` with ``stream: true``: one HTTP chunk per SSE event, as
   uvicorn sends vLLM's; the role chunk, then ONE token per chunk (vLLM's default
   ``--stream-interval 1``; the request's ``stream_interval`` is ignored, so give the app
@@ -19,6 +20,11 @@ does in production:
   chunk, ``[DONE]``. The chunks' fields and their order are vLLM 0.32's
   (``entrypoints/openai/chat_completion/serving.py``, ``model_dump_json(exclude_unset=True)``).
   Exactly ``max_tokens`` tokens, finish reason ``length``.
+* ``POST /v1/completions`` with ``stream: true``, for ``bench`` and ``vllm bench serve``: ONE
+  token per chunk, the first at once (no time spent on a prompt: what either tool then
+  measures as TTFT is its own time and the wire's), the last with finish reason ``length``,
+  then the usage chunk when ``include_usage`` is asked, ``[DONE]``; vLLM 0.32's fields
+  (``entrypoints/openai/completion/serving.py``).
 
 Not a test double for correctness (tests use a real vLLM): a load source for benchmarks.
 
@@ -79,6 +85,20 @@ def chunks(request_id: str, created: int, prompt: int, tokens: int, live_usage: 
     yield b"0\r\n\r\n"
 
 
+def completion_chunks(request_id: str, created: int, prompt: int, tokens: int, final_usage: bool, seed: int):
+    """A streamed completion's events in order (vLLM's JSON, field for field), lazily."""
+    head = f'{{"id":"{request_id}","object":"text_completion","created":{created},"model":"{MODEL}",'
+    for i in range(tokens):
+        text = json.dumps(WORDS[(seed + i * 7) % len(WORDS)], ensure_ascii=False)
+        finish = '"length"' if i == tokens - 1 else "null"
+        yield event(head + f'"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":{finish},'
+                    f'"stop_reason":null}}]}}')
+    if final_usage:
+        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}")
+    yield event("[DONE]")
+    yield b"0\r\n\r\n"
+
+
 METRICS = ("vllm:num_requests_running{{model_name=\"{m}\"}} {running}\n"
            "vllm:num_requests_waiting{{model_name=\"{m}\"}} 0\n"
            "vllm:kv_cache_usage_perc{{model_name=\"{m}\"}} 0.01\n")
@@ -89,6 +109,15 @@ class Upstream:
         self.every_s = 1.0 / tokens_per_s
         self.running = 0
         self.requests = 0
+        self.vocabulary: dict[str, int] = {}  # the stand-in tokenizer's ids: words as first seen
+        self.words: list[str] = []
+
+    def word_ids(self, text: str) -> list[int]:
+        for word in text.split():
+            if word not in self.vocabulary:
+                self.vocabulary[word] = len(self.words)
+                self.words.append(word)
+        return [self.vocabulary[word] for word in text.split()]
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -109,14 +138,20 @@ class Upstream:
             raise ValueError("body too large")
         body = json.loads(await reader.readexactly(length)) if length else {}
         path = path.split("?")[0]
-        if method == "POST" and path == "/v1/chat/completions" and body.get("stream"):
-            await self.stream(body, writer)
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions") and body.get("stream"):
+            await self.stream(path, body, writer)
         elif method == "GET" and path == "/v1/models":
             self.reply(writer, 200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
                                                                    "owned_by": "vllm", "max_model_len": WINDOW}]})
+        elif method == "POST" and path == "/tokenize" and isinstance(body.get("prompt"), str):
+            ids = self.word_ids(body["prompt"])
+            self.reply(writer, 200, {"count": len(ids), "max_model_len": WINDOW, "tokens": ids})
         elif method == "POST" and path == "/tokenize":
             self.reply(writer, 200, {"count": count(body.get("messages") or []), "max_model_len": WINDOW,
                                      "tokens": []})
+        elif method == "POST" and path == "/detokenize":
+            known = [self.words[i] for i in body.get("tokens") or [] if isinstance(i, int) and 0 <= i < len(self.words)]
+            self.reply(writer, 200, {"prompt": " ".join(known)})
         elif method == "GET" and path == "/metrics":
             self.reply(writer, 200, METRICS.format(m=MODEL, running=self.running), "text/plain")
         elif method == "GET" and path == "/health":
@@ -132,18 +167,22 @@ class Upstream:
         writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {len(data)}\r\n\r\n".encode()
                      + data)
 
-    async def stream(self, body: dict, writer: asyncio.StreamWriter) -> None:
+    async def stream(self, path: str, body: dict, writer: asyncio.StreamWriter) -> None:
         options = body.get("stream_options") or {}
         self.requests += 1
         tokens = max(1, min(int(body.get("max_tokens") or 16), WINDOW))
-        events = chunks(f"chatcmpl-{self.requests}", int(time.time()), count(body.get("messages") or []), tokens,
-                        bool(options.get("continuous_usage_stats")), bool(options.get("include_usage")),
-                        self.requests)
+        if path == "/v1/completions":
+            events = completion_chunks(f"cmpl-{self.requests}", int(time.time()), len(str(body.get("prompt")).split()),
+                                       tokens, bool(options.get("include_usage")), self.requests)
+        else:
+            events = chunks(f"chatcmpl-{self.requests}", int(time.time()), count(body.get("messages") or []),
+                            tokens, bool(options.get("continuous_usage_stats")), bool(options.get("include_usage")),
+                            self.requests)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")
         self.running += 1
         try:
-            writer.write(next(events))  # the role chunk, at once
+            writer.write(next(events))  # the role chunk, or a completion's first token, at once
             await writer.drain()
             loop = asyncio.get_running_loop()
             due = loop.time()

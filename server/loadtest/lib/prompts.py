@@ -95,6 +95,8 @@ def distinct_offsets(ids: list[int], count: int, rng: random.Random) -> Optional
     None when ``ids`` cannot give them: a corpus too short for ``count`` prompts, or
     one the server's tokenizer reads as a few ids (a stand-in tokenizer maps it to <unk>).
     """
+    if not ids:
+        return None
     offsets = rng.sample(range(len(ids)), min(count, len(ids)))
     offsets = [offsets[i % len(offsets)] for i in range(count)]
     if shared_first_blocks(ids, offsets) > MAX_SHARED_FIRST_BLOCKS * count:
