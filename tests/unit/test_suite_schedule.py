@@ -34,6 +34,18 @@ def test_groups_go_longest_first_with_the_fillers_after_the_longest():
     assert ranked == ["engine", "unit_b.py", "unit_a.py", "scale.py", "faults.py", "new.py"]
 
 
+def test_a_late_group_goes_out_once_the_groups_before_it_add_up_to_its_wait():
+    group_of = {"scale.py": "scale.py", "faults.py": "faults.py", "tls.py": "tls.py", "image.py": "image.py",
+                "unit_a.py": "unit_a.py"}
+    seconds = {"scale.py": 430, "faults.py": 220, "tls.py": 40, "image.py": 300, "unit_a.py": 5}
+    late = frozenset({"image.py"})
+    assert order(group_of, seconds, {"unit_a.py"}, late, 600) == ["scale.py", "unit_a.py", "faults.py", "image.py",
+                                                                  "tls.py"]
+    assert order(group_of, seconds, {"unit_a.py"}, late, 0) == ["image.py", "scale.py", "unit_a.py", "faults.py",
+                                                                "tls.py"]
+    assert order(group_of, seconds, {"unit_a.py"}, late, 10_000)[-1] == "image.py"  # never enough: the end
+
+
 def test_missing_or_broken_durations_mean_no_preference(tmp_path):
     assert load_seconds(tmp_path / "absent.json") == {}
     (tmp_path / "broken.json").write_text("[1, 2")
