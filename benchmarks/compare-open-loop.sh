@@ -7,7 +7,9 @@
 # wire's) and the mean time between arrivals (vLLM's from its --save-detailed start and queue
 # times).
 #   bash benchmarks/compare-open-loop.sh URL MODEL_DIR OUT_DIR [RATE] [PROMPTS] [BURSTINESS]
-# URL: a running engine (./scripts/up, or vLLM started by hand); MODEL_DIR: what it serves
+# URL: a running engine (./scripts/up, or vLLM started by hand), with prefix caching off
+# (ERNIE_ENABLE_PREFIX_CACHING=false): vLLM's tool replays our prompts right after our run and
+# would otherwise find them cached (at 1,024-token prompts its TTFT halved); MODEL_DIR: what it serves
 # (vLLM's tool needs the tokenizer). Defaults: 4 requests/s, 400 prompts, burstiness 1 (Poisson),
 # 128-token prompts and 64-token replies (IN_LEN, OUT_LEN).
 set -euo pipefail

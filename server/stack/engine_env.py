@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from server.errors import ErnieChatError
 from server.paths import ROOT
 from server.progress import StepFailed, run_step
 from server.stack.platforms import engine_requirements
@@ -214,7 +215,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.device == "cpu" and not args.torch_index_url:
         parser.error("cpu needs --torch-index-url: the index the CPU torch comes from where pip's own lack it")
-    ensure_engine_env(args.venv, args.device, ROOT, args.torch_index_url)
+    try:
+        ensure_engine_env(args.venv, args.device, ROOT, args.torch_index_url)
+    except ErnieChatError as exc:  # a failed step, an unsupported machine: said, not a traceback
+        sys.exit(exc.render())
 
 
 if __name__ == "__main__":
