@@ -1,6 +1,6 @@
 """The container files as text: what no build on this machine can show for the GPU image (its
 base is vLLM's CUDA image), and what both images and compose.yaml must keep.
-tests/network/test_containers.py builds and runs the CPU image and compose.yaml for real."""
+tests/deploy/test_containers.py builds and runs the CPU image and compose.yaml for real."""
 
 from __future__ import annotations
 
