@@ -4,10 +4,10 @@ tests/deploy/test_containers.py builds and runs the CPU image and compose.yaml f
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
+import grimp
 import pytest
 
 from server.paths import ROOT
@@ -47,25 +47,17 @@ def test_each_image_runs_up_as_pid_1_unprivileged_with_its_state_in_volumes(path
     assert dict(parsed)["STOPSIGNAL"] == "SIGTERM"
 
 
-def imported_files(module: Path) -> set[Path]:
-    """``module`` and every file of this project it imports, itself or through others, with
-    the packages' ``__init__.py``: what must be in the image for it to run."""
-    found, todo = set(), [module]
-    while todo:
-        path = todo.pop()
-        if path in found:
-            continue
-        found.add(path)
-        relative = path.relative_to(ROOT)
-        todo += [ROOT.joinpath(*relative.parts[:i], "__init__.py") for i in range(1, len(relative.parts))]
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
-                     [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-                     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
-            for name in names:
-                candidate = ROOT.joinpath(*name.split("."))
-                todo += [file for file in (candidate.with_suffix(".py"), candidate / "__init__.py") if file.is_file()]
-    return found
+def imported_files(module: str) -> set[Path]:
+    """``module``'s file and those of every module of the project it imports, itself or through
+    others (import-linter's own graph), with their packages' ``__init__.py``: what must be in the
+    image for it to run."""
+    files = set()
+    for name in {module, *grimp.build_graph("server", cache_dir=None).find_upstream_modules(module)}:
+        parts = name.split(".")
+        files |= {ROOT.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts))}
+        path = ROOT.joinpath(*parts)
+        files.add(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
+    return files
 
 
 @pytest.mark.parametrize("path", [CONTAINERFILE, GPU_FILE], ids=lambda p: p.name)
@@ -81,7 +73,7 @@ def test_the_engine_layer_holds_the_engine_module_and_all_it_imports_and_nothing
             *sources, target = args.split()
             assert all(Path(source).parent == Path(target) for source in sources), args  # COPY flattens
             copied |= {ROOT / source for source in sources}
-    assert copied == imported_files(ROOT / "server" / "stack" / "engine_env.py")
+    assert copied == imported_files("server.stack.engine_env")
 
 
 def test_the_cpu_images_torch_index_is_the_settings_default():

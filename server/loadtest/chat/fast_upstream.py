@@ -113,11 +113,13 @@ class Upstream:
         self.words: list[str] = []
 
     def word_ids(self, text: str) -> list[int]:
+        ids = []
         for word in text.split():
             if word not in self.vocabulary:
                 self.vocabulary[word] = len(self.words)
                 self.words.append(word)
-        return [self.vocabulary[word] for word in text.split()]
+            ids.append(self.vocabulary[word])
+        return ids
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
