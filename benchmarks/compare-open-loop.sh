@@ -42,29 +42,5 @@ p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
     --save-result --save-detailed --result-dir "$out" --result-filename vllm.json \
     > "$out/vllm.txt" 2>&1
 counters vllm-after
-"$root/.venv/bin/python" - "$out" "$rate" "$root" <<'PY'
-import json, statistics, sys
-from pathlib import Path
-out, rate = Path(sys.argv[1]), float(sys.argv[2])
-sys.path.insert(0, sys.argv[3])
-from server.metrics import read_counters, run_means_ms
-counters = read_counters(out / "counters.jsonl")
-engine = lambda run: (run_means_ms(counters, run) or {}).get("ttft")
-gap = lambda t: (max(t) - min(t)) / (len(t) - 1) * 1000 if len(t) > 1 else float("nan")
-ours = json.loads((out / "ours" / "bench.json").read_text())["levels"][0]
-s = ours["summary"]
-theirs = json.loads((out / "vllm.json").read_text())
-arrivals = [st - q for st, q in zip(theirs["start_times"], theirs["queue_times"])]
-ttfts = [t * 1000 for t, e in zip(theirs["ttfts"], theirs["errors"]) if not e]
-ttfts_mean = statistics.mean(ttfts) if ttfts else float("nan")
-rows = [("ernie-chat bench", s["completed"], s["ttft_ms"]["median"], s["ttft_ms"]["mean"], engine("ours"),
-         s["mean_interarrival_ms"], s["request_throughput"]),
-        ("vllm bench serve", theirs["completed"], statistics.median(ttfts), ttfts_mean, engine("vllm"),
-         gap(arrivals), theirs["request_throughput"])]
-print(f"request rate asked {rate:g}/s: the mean gap between arrivals should be {1000 / rate:.1f} ms")
-print(f"{'tool':<18}{'completed':>10}{'TTFT p50 ms':>13}{'TTFT mean ms':>14}{'engine mean ms':>18}"
-      f"{'mean inter-arrival ms':>23}{'req/s':>8}")
-show = lambda v: f"{v:.1f}" if v is not None else "-"
-for name, done, p50, mean, own, between, rps in rows:
-    print(f"{name:<18}{done:>10}{p50:>13.1f}{mean:>14.1f}{show(own):>18}{between:>23.1f}{rps:>8.2f}")
-PY
+"$root/.venv/bin/python" "$root/benchmarks/open_loop_table.py" "$rate" "$out/counters.jsonl" \
+    "$out/ours/bench.json=ours" "$out/vllm.json=vllm"

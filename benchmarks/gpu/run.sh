@@ -17,6 +17,17 @@
 #          .whl/*.whl && bash benchmarks/gpu/run.sh queue PHASE...
 #   4... carry .gpu/model, .whl: bash benchmarks/gpu/run.sh queue PHASE...  (the same list)
 #
+# With prepare.sh's pieces (vLLM in .gpu/c1..c7, the app's wheels in .gpu/a1..a7, 14 MiB each),
+# four set-up calls as in $GPU_KIT/README.md, four pieces a call beside the ~5 MiB tree:
+#   1. carry .gpu/c1..c4, .gpu/install.sh, .gpu/SHA256SUMS: bash .gpu/install.sh stash
+#   2. carry .gpu/c5..c7, .gpu/a1, the same two, .gpu/stack_env.sh, .gpu/APP_SHA256:
+#      bash .gpu/install.sh && bash .gpu/stack_env.sh stash
+#   3. carry .gpu/a2..a5, .gpu/stack_env.sh, .gpu/APP_SHA256: bash .gpu/stack_env.sh stash
+#   4. carry .gpu/a6, .gpu/a7, .gpu/model, .gpu/stack_env.sh, .gpu/APP_SHA256:
+#      bash .gpu/stack_env.sh setup && bash benchmarks/gpu/run.sh queue PHASE...
+# Our CLI then runs in the app's .venv (app() below). `queue open-loop` needs a second call,
+# back to back, with .gpu/model alone and the same command (see open-loop below).
+#
 # One fast stream and the chat load, with findings that survive a second run: after the
 # install calls, the same command in each call,
 #   bash benchmarks/gpu/run.sh queue single chat-crowd
@@ -52,24 +63,40 @@ tune() {  # tune NAME FLAGS...: one sweep, engine stopped after each point. A sw
         --point-timeout-s 300 --total-timeout-s "$(( $(left) - 15 ))" --out "/tmp/res/$name" "$@" 2>&1 | tail -n 60
 }
 in_len=512; out_len=128  # the comparison's load, for both tools
-compare_engine() {  # one engine for both tools, and a warm-up run that is not counted
-    python3 -m vllm.entrypoints.openai.api_server --model .gpu/model --load-format dummy \
-        --served-model-name ernie --generation-config vllm --port 8000 --max-model-len 2048 \
-        --gpu-memory-utilization 0.5 --no-enable-prefix-caching > /tmp/res/compare-engine.log 2>&1 &
-    local api=$!
-    mkdir -p /tmp/res/compare
-    for _ in $(seq 100); do
-        python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null && break
-        sleep 2
-    done
+res=/tmp/res/compare      # the comparison's folder: each run's results, counters.jsonl, runs.txt
+rate=""                   # open-loop: requests a second; empty: a closed loop of IN_FLIGHT
+# Our CLI and the counters: in the app's own environment where `.gpu/stack_env.sh setup` made
+# one (as ./scripts/ernie-chat runs; its settings need pydantic-settings, which the bundle
+# lacks), else the machine's Python with the bundle and .whl, as on 2026-12-01.
+app() { if [ -x .venv/bin/python ]; then env -u PYTHONPATH .venv/bin/python "$@"; else python3 "$@"; fi; }
+engine_up() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v1/models')" 2>/dev/null; }
+compare_engine() {  # one engine for both tools, and a warm-up run that is not counted. With
+    # KEEP_ENGINE set it runs in a session of its own, so that it outlives the device call, and
+    # the same phase in the next call (back to back) goes on with it, without a new start.
+    mkdir -p "$res"
+    if engine_up; then echo "engine: the one started earlier, pid $(cat /tmp/res/engine.pid)"; else
+        rm -f /tmp/res/engine.pid  # the API server writes its own pid (setsid may fork)
+        ${KEEP_ENGINE:+setsid} bash -c 'echo $$ > /tmp/res/engine.pid; exec "$@"' engine \
+            python3 -m vllm.entrypoints.openai.api_server --model .gpu/model \
+            --load-format dummy --served-model-name ernie --generation-config vllm --port 8000 \
+            --max-model-len 2048 --gpu-memory-utilization 0.5 --no-enable-prefix-caching \
+            > /tmp/res/compare-engine.log 2>&1 &
+        for _ in $(seq 100); do engine_up && break; sleep 2; done
+        echo "engine up after ${SECONDS} s; warm-up (not counted)"
+        app -m server.cli bench --url http://127.0.0.1:8000 --concurrency 64 --input-len $in_len \
+            --output-len $out_len --num-prompts 512 --seed 99 --no-plots --save-prompts \
+            --out /tmp/res/warm | tail -n 3
+    fi
+    local api; api=$(cat /tmp/res/engine.pid)
     # The API server's and the engine core's CPU, twice a second, for the whole phase: which
     # process a tool's load keeps busy (runs.txt holds each run's start and end).
-    cpu_trace $api /tmp/res/compare/api-server.cpu &
-    cpu_trace "$(pgrep -P $api -f EngineCore | head -n 1)" /tmp/res/compare/engine-core.cpu &
-    echo "warm-up (not counted)"; python3 -m server.cli bench --url http://127.0.0.1:8000 \
-        --concurrency 64 --input-len $in_len --output-len $out_len --num-prompts 512 --seed 99 \
-        --no-plots --save-prompts --out /tmp/res/warm | tail -n 3
-    last_prompts=/tmp/res/warm/prompts.json
+    cpu_trace "$api" "$res/api-server.cpu" &
+    cpu_trace "$(pgrep -P "$api" -f EngineCore | head -n 1)" "$res/engine-core.cpu" &
+    # vLLM's tool replays the prompts of our last run (the warm-up's before the first)
+    last_prompts=$(ls -t "$res"/ours-*/prompts.json /tmp/res/warm/prompts.json 2>/dev/null | head -n 1)
+}
+stop_engine() {  # the engine and the traces: the next phase needs the GPU
+    kill $(jobs -p) "$(cat /tmp/res/engine.pid 2>/dev/null)" 2>/dev/null; rm -f /tmp/res/engine.pid; sleep 5
 }
 cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twice a second
     [ -n "$1" ] || return 0
@@ -77,51 +104,74 @@ cpu_trace() {  # cpu_trace PID FILE: the process's CPU ticks (user, system) twic
         echo "$(date +%s.%N) $(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" >> "$2"; sleep 0.5
     done
 }
-# Both tools send the same load (in_len, out_len, ignore_eos). vLLM's tool sends the
+pace() {  # pace FLAG IN_FLIGHT: FLAG IN_FLIGHT in a closed loop; with `rate` set, an open loop of
+          # Poisson arrivals at that rate with no cap on the requests in flight, for either tool
+    if [ -n "$rate" ]; then echo "--request-rate $rate --burstiness 1"; else echo "$1 $2"; fi
+}
+# Both tools send the same load (in_len, out_len, ignore_eos, pace). vLLM's tool sends the
 # prompts our last run sent (`--save-prompts`, in ShareGPT form; more are repeated in its
-# own order), so both send the same kind of text; with prefix caching off a repeat costs
-# the same as a new prompt.
+# own order; in the open loop none: it sends them in ours), so both send the same kind of text;
+# with prefix caching off a repeat costs the same as a new prompt.
 vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
     python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --model ernie \
         --tokenizer .gpu/model --port 8000 --dataset-name sharegpt --dataset-path "$last_prompts" \
-        --sharegpt-output-len $out_len --num-prompts "$2" --max-concurrency "$1" --ignore-eos \
-        --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
-        --result-dir /tmp/res/compare --result-filename "vllm-$3.json" --seed "$3" > "/tmp/res/compare/vllm-$3.txt" 2>&1 &
-    local pid=$!; cpu_trace $pid "/tmp/res/compare/vllm-$3.cpu"; wait $pid
-    grep -E "Request throughput|Mean TTFT" "/tmp/res/compare/vllm-$3.txt" | tr -s ' ' | paste -sd' '
+        --sharegpt-output-len $out_len --num-prompts "$2" $(pace --max-concurrency "$1") \
+        ${rate:+--disable-shuffle} --ignore-eos --percentile-metrics ttft,tpot,itl,e2el --save-result \
+        --save-detailed --result-dir "$res" --result-filename "vllm-$3.json" --seed "$3" > "$res/vllm-$3.txt" 2>&1 &
+    local pid=$!; cpu_trace $pid "$res/vllm-$3.cpu"; wait $pid
+    grep -E "Request throughput|Mean TTFT|Median TTFT" "$res/vllm-$3.txt" | tr -s ' ' | paste -sd' '
 }
 ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterwards with
           # `ernie-chat bench --plot-only ours-SEED/bench.json --compare-vllm vllm-N.json`
-    python3 -m server.cli bench --url http://127.0.0.1:8000 --concurrency "$1" --input-len $in_len \
+    app -m server.cli bench --url http://127.0.0.1:8000 $(pace --concurrency "$1") --input-len $in_len \
         --output-len $out_len --num-prompts "$2" --seed "$3" --no-plots --save-prompts \
-        --out "/tmp/res/compare/ours-$3" > "/tmp/res/compare/ours-$3.txt" 2>&1
-    last_prompts=/tmp/res/compare/ours-$3/prompts.json
-    grep -A2 -E "^ conc" "/tmp/res/compare/ours-$3.txt" | tail -n 1
+        --out "$res/ours-$3" > "$res/ours-$3.txt" 2>&1
+    last_prompts=$res/ours-$3/prompts.json
+    grep -A2 -E "^ conc" "$res/ours-$3.txt" | tail -n 1
 }
-pack() { tar -czf "$out/compare.tgz" --exclude=prompts.json -C /tmp/res compare compare-engine.log; }
+pack() { tar -czf "$out/${res##*/}.tgz" --exclude=prompts.json -C /tmp/res "${res##*/}" compare-engine.log; }
 counters() {  # counters NAME: vLLM's /metrics counters now, one JSON line in counters.jsonl
-    python3 -m server.metrics http://127.0.0.1:8000 "$1" >> /tmp/res/compare/counters.jsonl
+    app -m server.metrics http://127.0.0.1:8000 "$1" >> "$res/counters.jsonl"
 }
 timed() {  # timed TOOL IN_FLIGHT PROMPTS SEED: one run, with its times and the counters around it
-    counters "$1-$4-before"; echo "$1-$4 start $(date +%s.%N)" >> /tmp/res/compare/runs.txt
+    counters "$1-$4-before"; echo "$1-$4 start $(date +%s.%N)" >> "$res/runs.txt"
     "$@"
-    echo "$1-$4 end $(date +%s.%N)" >> /tmp/res/compare/runs.txt; counters "$1-$4-after"
+    echo "$1-$4 end $(date +%s.%N)" >> "$res/runs.txt"; counters "$1-$4-after"
 }
-alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED: rounds of both tools, vLLM's first in
-               # odd ones; its runs get seeds SEED+n, ours SEED+100+n
-    for n in $(seq "$1"); do
+alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED [FIRST]: rounds FIRST (1) to ROUNDS of
+               # both tools, vLLM's first in odd ones; its runs get seeds SEED+n, ours SEED+100+n
+    for n in $(seq "${5:-1}" "$1"); do
         (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
-        echo "== $2 in flight, round $n (${SECONDS}s)"
+        echo "== $(pace in-flight "$2"), round $n (${SECONDS}s)"
         if (( n % 2 )); then timed vllm_tool "$2" "$3" $(($4 + n)); timed ours "$2" "$3" $(($4 + 100 + n))
         else timed ours "$2" "$3" $(($4 + 100 + n)); timed vllm_tool "$2" "$3" $(($4 + n)); fi
-        pack
+        pack; touch "$res/round-$n"
     done
+}
+open_loop() {  # the open-loop phase (below); exits 3 while rounds remain, the engine kept for them
+    rate=${RATE:-4} in_len=${IN_LEN:-128} out_len=${OUT_LEN:-64} res=/tmp/res/open-loop
+    local prompts=${OPEN_PROMPTS:-400} rounds=${OPEN_ROUNDS:-2} done_rounds runs=() label
+    # a round: two runs of PROMPTS / RATE seconds of arrivals, and each tool's start (vLLM's ~15 s)
+    deadline=$(( call_s - $(python3 -c "print(int(2 * $prompts / $rate + 45))") ))
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.csv"
+    KEEP_ENGINE=1 compare_engine
+    done_rounds=$(ls "$res"/round-* 2>/dev/null | wc -l)
+    alternate "$rounds" open "$prompts" 800 $((done_rounds + 1))
+    done_rounds=$(ls "$res"/round-* 2>/dev/null | wc -l)
+    for label in $(awk '$2 == "end" {print $1}' "$res/runs.txt" 2>/dev/null); do
+        case $label in ours-*) runs+=("$res/$label/bench.json=$label") ;;
+                       *) runs+=("$res/vllm-${label##*-}.json=$label") ;; esac
+    done
+    (( ${#runs[@]} )) && app benchmarks/open_loop_table.py "$rate" "$res/counters.jsonl" "${runs[@]}" \
+        | tee "$out/open-loop-table.txt"
+    if (( done_rounds < rounds )); then echo "open-loop: $done_rounds of $rounds rounds done"; return 3; fi
+    stop_engine
 }
 deadline=${COMPARE_DEADLINE_S:-$((call_s - 100))}  # no compare round starts after it
 # Seconds a phase needs (engine starts of 50-110 s, a chat-load bench of ~30 s each).
 declare -A need=([fresh-batch]=400 [fresh-seed-8192]=140 [fresh-defaults]=150
                  [fresh-seed-2048]=140 [fresh-seed-4096]=140 [compare]=300
-                 [single]=150 [chat-crowd]=200)
+                 [single]=150 [chat-crowd]=200 [open-loop]=280)
 if [ "$phase" = queue ]; then
     # queue PHASE...: the phases not yet done on this machine (/tmp/res/done-*), in order,
     # each only if the call has the time it needs; the same command in the next call goes on.
@@ -174,7 +224,17 @@ case $phase in
             # in alternating order; ours sends new prompts every run, vLLM's its last ones
     compare_engine
     alternate "${COMPARE_ROUNDS:-4}" 64 "${COMPARE_PROMPTS:-2880}" 100
-    kill $(jobs -p) 2>/dev/null; sleep 5 ;;  # the engine and its traces: the next phase needs the GPU
+    stop_engine ;;
+  # The open-loop check: `bench --request-rate 4 --num-prompts 400`'s TTFT p50 within 5 % of
+  # `vllm bench serve --request-rate 4`'s on the same prompts and engine
+  # (benchmarks/compare-open-loop.sh, which the 2-core CPU could not settle). Rounds of both tools as in `compare`, each an open loop of
+  # OPEN_PROMPTS (400) Poisson arrivals at RATE (4)/s, no cap in flight; vLLM's tool replays
+  # our last run's prompts (--dataset-name sharegpt --disable-shuffle), IN_LEN (128) prompt and
+  # OUT_LEN (64) reply tokens (ignore_eos), prefix caching off. OPEN_ROUNDS (2) rounds of ~220 s
+  # after a start of 60-110 s do not fit one call: the phase stops where the call's time ends
+  # (exit 3, its engine left running) and `queue open-loop` in the next call, back to back, goes on
+  # with that engine. Each call prints the table of the runs so far (open_loop_table.py).
+  open-loop) open_loop ;;
   light)   # a load light enough for either client: 16 in flight, alternating
     compare_engine
     alternate 2 16 1200 300 ;;
