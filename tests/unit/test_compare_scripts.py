@@ -71,3 +71,58 @@ def test_compare_rounds_sets_aside_rounds_with_bunched_replies(tmp_path):
     all_rounds, clean = lines[lines.index(next(l for l in lines if "all rounds" in l)) + 1], lines[-1]
     assert "median difference, clean rounds (2):" in out
     assert all_rounds.split()[0] == "+10.0%" and clean.split()[0] == "+5.0%"   # medians of req/s
+
+
+def write_open_loop_run(folder: Path, run: str, tool: str, ttfts_s: list[float], gap_s: float,
+                        queued: bool = True) -> Path:
+    """One open-loop run of ``tool`` ('ours' or 'vllm'), arrivals ``gap_s`` apart."""
+    if tool == "ours":
+        ttft_ms = sorted(1000 * t for t in ttfts_s)
+        summary = {"completed": len(ttfts_s), "request_throughput": 1 / gap_s,
+                   "mean_interarrival_ms": 1000 * gap_s,
+                   "ttft_ms": {"median": ttft_ms[len(ttft_ms) // 2], "mean": sum(ttft_ms) / len(ttft_ms)}}
+        path = folder / run / "bench.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"levels": [{"summary": summary}]}))
+        return path
+    # vLLM's tool: a request that waited for a place in flight starts late; its arrival is
+    # its start less its time queued (where the version writes queue times).
+    queue = [0.0] * (len(ttfts_s) - 1) + [0.3]
+    starts = [i * gap_s + q for i, q in enumerate(queue)]
+    data = {"completed": len(ttfts_s), "request_throughput": 1 / gap_s, "ttfts": ttfts_s,
+            "errors": [""] * len(ttfts_s), "start_times": starts if queued else [i * gap_s for i in range(len(ttfts_s))]}
+    if queued:
+        data["queue_times"] = queue
+    path = folder / f"{run}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def counter_lines(run: str, mean_ttft_s: float, requests: int) -> list[str]:
+    """`python -m server.metrics` readings before and after ``run``: histogram (sum, count)."""
+    before = {"run": f"{run}-before", "ttft": [1.0, 10], "e2e": [2.0, 10], "queue": [0.0, 10]}
+    after = {"run": f"{run}-after", "ttft": [1.0 + mean_ttft_s * requests, 10 + requests],
+             "e2e": [3.0, 10 + requests], "queue": [0.0, 10 + requests]}
+    return [json.dumps(before), json.dumps(after)]
+
+
+def test_open_loop_table_sets_each_tools_p50_beside_the_others(tmp_path):
+    ours = [write_open_loop_run(tmp_path, f"ours-{n}", "ours", [0.010, 0.011, 0.012], 0.25) for n in (1, 2)]
+    theirs = [write_open_loop_run(tmp_path, "vllm-1", "vllm", [0.0104, 0.0114, 0.0124], 0.25),
+              write_open_loop_run(tmp_path, "vllm-2", "vllm", [0.0105, 0.0115, 0.0125], 0.25, queued=False)]
+    counters = tmp_path / "counters.jsonl"
+    counters.write_text("\n".join(counter_lines("ours-1", 0.009, 3) + counter_lines("vllm-1", 0.0095, 3)) + "\n")
+    out = run("benchmarks/open_loop_table.py", 4, counters, f"{ours[0]}=ours-1", f"{theirs[0]}=vllm-1",
+              f"{ours[1]}=ours-2", f"{theirs[1]}=vllm-2")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("ours-", "vllm-"))}
+    assert list(rows) == ["ours-1", "vllm-1", "ours-2", "vllm-2"]
+    # ... completed, p50, mean, the engine's own mean, the mean gap between arrivals, req/s
+    assert [float(cells[-5]) for cells in rows.values()] == [11.0, 11.4, 11.0, 11.5]
+    assert [cells[-3] for cells in rows.values()] == ["9.00", "9.50", "-", "-"]
+    # vLLM's arrivals: starts less time queued (0.3 s late for its last request), or its starts.
+    assert float(rows["vllm-1"][-2]) == float(rows["vllm-2"][-2]) == 250.0
+    # Ours is 11.0 ms against 11.45: 3.9 % less, within 5 %; the two tools' ranges do not overlap.
+    assert "-3.9 % (within 5 %); the ranges do not overlap" in out, out
+    slower = write_open_loop_run(tmp_path, "vllm-3", "vllm", [0.0120, 0.0130, 0.0140], 0.25)
+    out = run("benchmarks/open_loop_table.py", 4, counters, f"{ours[0]}=ours-1", f"{slower}=vllm-3")
+    assert "-15.4 % (not within 5 %)" in out, out
