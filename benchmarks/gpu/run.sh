@@ -27,6 +27,15 @@
 #      bash .gpu/stack_env.sh setup && bash benchmarks/gpu/run.sh queue PHASE...
 # Our CLI then runs in the app's .venv (app() below). `queue open-loop` needs a second call,
 # back to back, with .gpu/model alone and the same command (see open-loop below).
+# Three calls instead, without the app's wheels (as on 2026-12-07, H100): our CLI then runs on
+# the machine's Python with the bundle and the few packages both lack, as wheels in .whl (here:
+# pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_34_x86_64
+# --platform manylinux_2_17_x86_64 --platform any -d .whl, with requirements/app.txt's pins of
+# pydantic-settings python-dotenv bcrypt cryptography cffi pycparser rich pygments markdown-it-py
+# mdurl click prometheus-client typing-inspection annotated-types): (1) c1..c4 as above;
+# (2) c5..c7, install.sh, SHA256SUMS, .gpu/model, .whl: bash .gpu/install.sh && python3 -m pip
+# install -q --no-index --no-deps --target /tmp/site .whl/*.whl && bash benchmarks/gpu/run.sh
+# queue open-loop; (3) .gpu/model: the same queue command, for the second round.
 #
 # One fast stream and the chat load, with findings that survive a second run: after the
 # install calls, the same command in each call,
