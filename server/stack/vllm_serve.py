@@ -125,10 +125,18 @@ def _drop_listeners_in_child() -> None:
 def record_listeners() -> bool:
     """Note the sockets vLLM binds for HTTP, which a forked engine process then closes; False
     where this vLLM binds them some other way."""
-    from vllm.entrypoints.launchers import launcher
+    import importlib
 
-    create = getattr(launcher, "create_server_socket", None)
-    if not callable(create):
+    # Where vLLM's HTTP set-up looks the function up: 0.32 moved it out of the API server's module.
+    for name in ("vllm.entrypoints.launchers.launcher", "vllm.entrypoints.openai.api_server"):
+        try:
+            launcher = importlib.import_module(name)
+        except ImportError:
+            continue
+        create = getattr(launcher, "create_server_socket", None)
+        if callable(create):
+            break
+    else:
         return False
 
     def recorded(*args, **kwargs):
