@@ -541,6 +541,23 @@ PY
         touch "$d/done"
     done
     rm -rf app && tar -xzf /tmp/app-new.tgz ;;
+  users)  # USERS (3,000) users through the app on each stack of USERS_STACKS (NAME:VAR=V,VAR=V
+          # ..., space-separated; default: up's defaults; QA_PROCESSES=N among them: qa-load's
+          # client processes, 4 otherwise), qa-load's CPU by kind of process on each;
+          # stacks done are skipped, one that would not fit in the call returns 3 (the next call's
+          # queue goes on with it)
+    for stack in ${USERS_STACKS:-defaults:}; do
+        name=${stack%%:*} settings=${stack#*:} d=/tmp/res/users/${stack%%:*}
+        [ -f "$d/done" ] && continue
+        (( $(left) > 240 )) || exit 3
+        processes=4; [[ $settings =~ QA_PROCESSES=([0-9]+) ]] && processes=${BASH_REMATCH[1]}
+        up_start "users/$name" ${settings//,/ } || exit 1
+        cli qa-load --users "${USERS:-3000}" --turns 3 --think-s 3 --ramp-s 10 --processes "$processes" \
+            --timeout-s 240 --out "$d/qa" > "$d/qa.txt" 2>&1
+        up_stop
+        echo "$name (${settings:-the defaults}):"; grep -E "steady|busy|per 1,000|PASS|FAIL" "$d/qa.txt" | head -n 8
+        touch "$d/done"
+    done ;;
   models)  # ERNIE_MODELS: two shapes served together, the 0.3B and a 1B-like one (hidden 2048, 28
            # layers, 4 KV heads); `up` prints each KV pool beside the plan's; then each one's tok/s
            # at 256 chats straight to it, alone and with the other loaded at once, and through the app
