@@ -26,6 +26,7 @@ from app.conversation.history import Conversation, TooLong, Turn
 from app.conversation.math_text import DisplayStream, display_text
 from app.conversation.notices import lang, login_name, notice, say_error, say_waiting, show_error
 from app.conversation.pdf_reader import PdfLimits
+from app.conversation.prompt_budget import Reply
 from app.conversation.token_batcher import STREAMING, TokenBatcher, engine_piece_tokens
 from app.engine import engine_client as ec
 from app.engine import failover, model_choice, server_info, token_count
@@ -190,7 +191,9 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     line = figures_line(lang(), stats, params.seed, taken_over=resumed is not None,
                         model=model if ENGINES.several else None)
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
-    cl.user_session.get("budget").sent(stats.prompt_tokens)
+    # A reply taken over from another process counted its tokens there.
+    generated = stats.completion_tokens if resumed is None else None
+    cl.user_session.get("budget").sent(stats.prompt_tokens, Reply(batcher.text, generated) if generated else None)
     STREAMING.finished(stats.tokens_per_s)
     chosen.finished(stats.tokens_per_s)
     chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))

@@ -18,6 +18,13 @@ what the template adds once:
 
     first <= one + sum over the messages of (UTF-8 bytes of the text + per_message)
 
+A reply's bytes overstate its tokens four- to sixfold, so with replies of a few hundred
+tokens and a window of a few thousand, the third message of a chat already needed the exact
+count.  The engine's usage says how many tokens the reply was generated in; read back inside
+the next prompt its text may be split differently (the tokenizer's own split instead of the
+model's, a byte-level piece shown as U+FFFD and read back as three), so the reply counts at
+most ``reply_bound`` of its generated tokens, or its bytes, whichever is less.
+
 While the bound and the reply fit in the window, the request goes as it is; near the
 limit, or when the history changed otherwise (a new system prompt, an edit), the
 exact fit runs as before.  Either way no request exceeds the window.  So a chat far
@@ -55,6 +62,22 @@ class Template:
 OVERHEADS: dict[str, SingleFlight[Template]] = {}
 
 
+# A generated reply read back as a prompt: the tokenizer may split it into more tokens than the
+# model generated it in; this share of them, at most (measured against the real engine's
+# /tokenize in tests/app/test_prompt_budget.py).
+RETOKENIZED_SHARE = 0.25
+# Bytes U+FFFD takes in UTF-8: a byte-level token that decoded to it may be read back as three.
+REPLACEMENT_TOKENS = 3
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply as the chat keeps it, and the tokens the engine generated it in."""
+
+    text: str
+    tokens: int
+
+
 @dataclass
 class Known:
     """A prompt of this chat whose length is known: exactly, or as an upper bound."""
@@ -62,11 +85,28 @@ class Known:
     messages: list[dict]
     tokens: int
     keep_from: int  # turns it left out
+    reply: Optional[Reply] = None  # its answer, once the engine said how long it was
 
 
-def text_bound(messages: list[dict], per_message: int) -> int:
+def reply_bound(reply: Reply) -> int:
+    """At most this many tokens for a generated reply's text inside a prompt."""
+    return (reply.tokens + math.ceil(RETOKENIZED_SHARE * reply.tokens)
+            + REPLACEMENT_TOKENS * reply.text.count("\ufffd"))
+
+
+def message_bound(message: dict, per_message: int, reply: Optional[Reply] = None) -> int:
+    """At most this many tokens for one message inside a prompt: its bytes, or for ``reply``'s
+    own text the tokens it was generated in, whichever bound is lower."""
+    content = str(message.get("content") or "")
+    tokens = len(content.encode("utf-8"))
+    if reply is not None and message.get("role") == "assistant" and content == reply.text:
+        tokens = min(tokens, reply_bound(reply))
+    return tokens + per_message
+
+
+def text_bound(messages: list[dict], per_message: int, reply: Optional[Reply] = None) -> int:
     """At most this many tokens for these messages inside a prompt."""
-    return sum(len(str(m.get("content") or "").encode("utf-8")) + per_message for m in messages)
+    return sum(message_bound(m, per_message, reply) for m in messages)
 
 
 def grown_bound(known: Optional[Known], messages: list[dict], per_message: int) -> Optional[int]:
@@ -75,7 +115,7 @@ def grown_bound(known: Optional[Known], messages: list[dict], per_message: int) 
         return None
     if messages[:len(known.messages)] != known.messages:
         return None
-    return known.tokens + text_bound(messages[len(known.messages):], per_message)
+    return known.tokens + text_bound(messages[len(known.messages):], per_message, known.reply)
 
 
 def first_bound(messages: list[dict], template: Template) -> int:
@@ -127,7 +167,9 @@ class PromptBudget:
         self.known = Known(fitted.messages, fitted.prompt_tokens, fitted.dropped_turns)
         return fitted
 
-    def sent(self, prompt_tokens: Optional[int]) -> None:
-        """The engine's exact count of the prompt just sent (its usage), when it gave one."""
+    def sent(self, prompt_tokens: Optional[int], reply: Optional[Reply] = None) -> None:
+        """The engine's usage for the prompt just sent, when it gave one: the prompt's exact
+        count, and the reply with the tokens it was generated in."""
         if self.known is not None and prompt_tokens is not None:
             self.known.tokens = prompt_tokens
+            self.known.reply = reply
