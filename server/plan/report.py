@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
 from server.errors import BadInput
 from server.plan import kv_planner as kp
-from server.plan import models, preflight
+from server.plan import engine_copies, models, preflight
 from server.plan.device import DeviceMemory, read_memory, resolve_device
 from server.plan.model_config import load_shape
 from server.settings import Settings
@@ -58,11 +59,14 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
     if args.at_once is not None:
         raise BadInput("--at-once is how many of several models run together: give them with "
                        "--models (or ERNIE_MODELS), not --model.")
-    copies = settings.engine_copies
-    # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
-    settings = preflight.per_copy_settings(settings, copies)
     shape, source = load_shape(args.model or settings.model)
     memory = device_memory(args, settings)
+    copies, copies_reason = settings.engine_copies, None
+    if engine_copies.chooses_copies(settings) and memory.kind == "cuda":  # as `up` would on this machine
+        choice = engine_copies.auto_copies(memory.kind, os.cpu_count() or 1, shape.weights, memory.total_bytes)
+        copies, copies_reason = choice.copies, choice.reason
+    # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
+    settings = preflight.per_copy_settings(settings, copies)
     plan = preflight.plan_for(settings, shape, memory)
     block = plan.block_size
     result = {
@@ -88,6 +92,8 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
     # Every copy in the whole set: per GPU, times GPUs and machines (vLLM's data parallelism).
     in_all = copies * settings.data_parallel_size
     result["engine_copies"], result["copies_in_all"] = copies, in_all
+    if copies_reason:
+        result["copies_reason"] = copies_reason
     if in_all > 1:
         result["all_copies"] = {"kv_pool_bytes": in_all * plan.kv_pool_bytes,
                                 "kv_pool_tokens": in_all * plan.kv_pool_tokens,
@@ -199,6 +205,8 @@ def render(r: dict) -> str:
         f"Device       {r['device']['kind']}: {r['device']['name']}, {gib(r['device']['total_bytes'])} "
         f"total, {gib(r['device']['free_bytes'])} free",
     ]
+    if r.get("copies_reason"):
+        lines.append(f"Copies       ERNIE_ENGINE_COPIES unset: {r['copies_reason']}")
     if r.get("all_copies"):
         a = r["all_copies"]
         lines.append(

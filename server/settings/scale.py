@@ -12,13 +12,16 @@ class ScaleSettings(BaseModel):
         None, ge=1, le=64,
         description="vLLM API server processes per engine copy (--api-server-count). Unset: "
         "chosen from the machine (1 on a CPU machine; on a GPU machine a quarter of the cores, "
-        "at most 4). One API server process is the limit of a small model on a big GPU.",
+        "at most 4, and 2 each for 3 copies on 16 cores). One API server process is the limit of "
+        "a small model on a big GPU.",
     )
     engine_copies: int = Field(
         1, ge=1, le=16,
         description="Copies of the engine on each GPU, each with its share of the memory, behind "
         "one balancer (HAProxy). One engine core process cannot keep a big GPU busy with a model "
-        "this small; `ernie-chat plan` shows each copy's KV pool.",
+        "this small, so unset, `up` runs 3 where the machine has 16 cores or more and the model's "
+        "weights are small beside the GPU (it prints why), else 1; `ernie-chat plan` shows each "
+        "copy's KV pool.",
     )
     app_workers: Optional[int] = Field(
         None, ge=1, le=64,

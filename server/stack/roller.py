@@ -62,10 +62,19 @@ def serve(stack: RunningStack) -> None:
             stack.rolling_now.clear()
 
 
+def with_chosen_copies(running: Settings, new: Settings, chosen: bool) -> Settings:
+    """``new``, with the engine copies `up` chose when ERNIE_ENGINE_COPIES is still unset: not a
+    change. Copies that were set and now are not are one (they are fixed while `up` runs)."""
+    if chosen and "engine_copies" not in new.model_fields_set:
+        return new.model_copy(update={"engine_copies": running.engine_copies})
+    return new
+
+
 def prepare(stack: RunningStack, new: Settings,
             progress: restart_control.Progress) -> tuple[list[rolling.Step], list[EngineCommand]]:
     """Refuse what cannot be done; else the steps, and each copy's command under ``new``."""
     t, apps = planned(stack)
+    new = with_chosen_copies(stack.settings, new, stack.copies_chosen)
     tier = stack.engines
     engines = tier.engines if tier else []
     names = rolling.check(stack.settings, new, len(engines), t.balanced_engine,

@@ -30,6 +30,7 @@ from pydantic import SecretStr
 from server import chat_db, oidc_discovery
 from server.errors import ErnieChatError
 from server.paths import GENERATED_ENGINE_KEY, ROOT
+from server.plan import engine_copies
 from server.plan.device import resolve_device
 from server.private_files import tighten
 from server.progress import StatusLine, run_step
@@ -55,6 +56,7 @@ class Stack:
     def __init__(self, settings: Settings, root: Path = ROOT, out: Callable[[str], None] = print):
         self.settings, self.root, self.out = settings, root, out
         self.topology: Optional[Topology] = None
+        self.copies_chosen = False
         self.engines: Optional[EngineTier] = None  # ERNIE_MODEL's, or the first model's
         self.tiers: list[EngineTier] = []           # one per model of ERNIE_MODELS
         self.apps: Optional[AppTier] = None
@@ -105,8 +107,14 @@ class Stack:
             self.out(notice)
 
     def plan(self) -> Topology:
-        s = self.settings
-        self.topology = plan_topology(s, resolve_device(s), os.cpu_count() or 1, free_port)
+        s, cores = self.settings, os.cpu_count() or 1
+        device = resolve_device(s)
+        if engine_copies.chooses_copies(s) and device == "cuda":
+            choice = engine_copies.choose(s, device, cores)
+            self.settings = s = s.model_copy(update={"engine_copies": choice.copies})
+            self.copies_chosen = True
+            self.out(f"[stack] {choice.reason}")
+        self.topology = plan_topology(s, device, cores, free_port)
         return self.topology
 
     def check_before_start(self) -> None:

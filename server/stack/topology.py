@@ -7,12 +7,13 @@ chosen from the machine:
   vLLM.  One API server process is the limit of a 0.36 B model on an H200
   (direct load at 256 chats: 14.8k output tokens/s with one, 39k with four,
   docs/performance.md, "The app's CPU"), so a GPU machine gets a quarter of its
-  cores, at most 4.  A 2-core CPU machine gets 1: its engine already takes a core.
+  cores, at most 4; several copies share three eighths of them.  A 2-core CPU machine gets 1: its engine already takes a core.
 * Engine copies per GPU: separate ``vllm serve`` processes, each with its share
   of the GPU's memory, since one engine core process keeps an H200 busy only
   about a quarter of the time for this model.  vLLM's own data parallelism cannot
   put two copies on one GPU (it refuses duplicate devices), so copies on one GPU
-  are separate servers behind the balancer.  Default 1.
+  are separate servers behind the balancer.  Unset, ``up`` gives a small model on
+  a GPU machine of 16 cores or more three (``server.plan.engine_copies``), else 1.
 * App workers: Chainlit processes.  One streams about 10k tokens/s at one core;
   on the H200 (16 cores) 8 workers carried 1,000 chat users within the objective
   where 4 carried 500 (docs/performance.md, "Chat users within the objective"), so a GPU machine gets half its cores, at
@@ -46,8 +47,13 @@ MAX_AUTO_API_SERVERS = 4
 MAX_AUTO_APP_WORKERS = 8
 
 
-def auto_api_servers(device: str, cores: int) -> int:
-    return 1 if device == "cpu" else max(1, min(MAX_AUTO_API_SERVERS, cores // 4))
+def auto_api_servers(device: str, cores: int, copies: int = 1) -> int:
+    """Per engine copy: a quarter of the cores for one copy, at most 4; several copies share
+    three eighths of them (3 copies x 2 on 16 cores, docs/performance.md, "3,000 users on one
+    H100": 3 each were no better)."""
+    if device == "cpu":
+        return 1
+    return max(1, min(MAX_AUTO_API_SERVERS, cores // 4, cores * 3 // 8 // copies))
 
 
 def auto_app_workers(device: str, cores: int) -> int:
@@ -131,8 +137,8 @@ def model_engines(settings: Settings, api_servers: int, exposed: bool,
 def plan_topology(settings: Settings, device: str, cores: int,
                   free_port: Callable[[], int]) -> Topology:
     """The topology the settings ask for on a machine with ``cores`` cores."""
-    api_servers = settings.api_servers or auto_api_servers(device, cores)
     copies_n = settings.engine_copies
+    api_servers = settings.api_servers or auto_api_servers(device, cores, copies_n)
     engine_exposed, app_exposed = config.engine_exposed(settings), config.app_exposed(settings)
     models = model_engines(settings, api_servers, engine_exposed, free_port)
     if models:  # one copy each (ERNIE_ENGINE_COPIES=1); the first is the engine's
