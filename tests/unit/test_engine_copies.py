@@ -43,6 +43,7 @@ def test_copies_are_chosen_only_when_nobody_set_them():
     assert not chooses_copies(load_settings(engine_copies=1))  # set, even to the default
     assert not chooses_copies(load_settings(engine_url="http://10.0.0.5:8000"))
     assert not chooses_copies(load_settings(models="demo,demo-small"))
+    assert not chooses_copies(load_settings(kv_cache_gib=20))  # every copy would take 20 GiB
 
 
 def test_api_servers_per_copy_share_the_cores_of_several_copies():
