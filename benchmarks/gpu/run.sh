@@ -127,14 +127,15 @@ vllm_tool() {  # vllm_tool IN_FLIGHT PROMPTS SEED: one run of `vllm bench serve`
         --sharegpt-output-len $out_len --num-prompts "$2" $(pace --max-concurrency "$1") \
         ${rate:+--disable-shuffle} --ignore-eos --percentile-metrics ttft,tpot,itl,e2el --save-result \
         --save-detailed --result-dir "$res" --result-filename "vllm-$3.json" --seed "$3" > "$res/vllm-$3.txt" 2>&1 &
-    local pid=$!; cpu_trace $pid "$res/vllm-$3.cpu"; wait $pid
+    local pid=$! rc; cpu_trace $pid "$res/vllm-$3.cpu"; wait $pid; rc=$?
     grep -E "Request throughput|Mean TTFT|Median TTFT" "$res/vllm-$3.txt" | tr -s ' ' | paste -sd' '
+    return $rc
 }
 ours() {  # ours IN_FLIGHT PROMPTS SEED: one run of our bench; compare afterwards with
           # `ernie-chat bench --plot-only ours-SEED/bench.json --compare-vllm vllm-N.json`
     app -m server.cli bench --url http://127.0.0.1:8000 $(pace --concurrency "$1") --input-len $in_len \
         --output-len $out_len --num-prompts "$2" --seed "$3" --no-plots --save-prompts \
-        --out "$res/ours-$3" > "$res/ours-$3.txt" 2>&1
+        --out "$res/ours-$3" > "$res/ours-$3.txt" 2>&1 || return
     last_prompts=$res/ours-$3/prompts.json
     grep -A2 -E "^ conc" "$res/ours-$3.txt" | tail -n 1
 }
@@ -142,9 +143,10 @@ pack() { tar -czf "$out/${res##*/}.tgz" --exclude=prompts.json -C /tmp/res "${re
 counters() {  # counters NAME: vLLM's /metrics counters now, one JSON line in counters.jsonl
     app -m server.metrics http://127.0.0.1:8000 "$1" >> "$res/counters.jsonl"
 }
-timed() {  # timed TOOL IN_FLIGHT PROMPTS SEED: one run, with its times and the counters around it
+timed() {  # timed TOOL IN_FLIGHT PROMPTS SEED: one run, with its times and the counters around it;
+           # a failed run gets no "end" (the tables leave it out) and fails
     counters "$1-$4-before"; echo "$1-$4 start $(date +%s.%N)" >> "$res/runs.txt"
-    "$@"
+    "$@" || { echo "$1 run $4 failed: see $res/${1%_tool}-$4.txt"; return 1; }
     echo "$1-$4 end $(date +%s.%N)" >> "$res/runs.txt"; counters "$1-$4-after"
 }
 alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED [FIRST]: rounds FIRST (1) to ROUNDS of
@@ -152,9 +154,11 @@ alternate() {  # alternate ROUNDS IN_FLIGHT PROMPTS SEED [FIRST]: rounds FIRST (
     for n in $(seq "${5:-1}" "$1"); do
         (( SECONDS > deadline )) && { echo "stopping before round $n: ${SECONDS}s used"; break; }
         echo "== $(pace in-flight "$2"), round $n (${SECONDS}s)"
-        if (( n % 2 )); then timed vllm_tool "$2" "$3" $(($4 + n)); timed ours "$2" "$3" $(($4 + 100 + n))
-        else timed ours "$2" "$3" $(($4 + 100 + n)); timed vllm_tool "$2" "$3" $(($4 + n)); fi
-        pack; touch "$res/round-$n"
+        if (( n % 2 )); then timed vllm_tool "$2" "$3" $(($4 + n)) && timed ours "$2" "$3" $(($4 + 100 + n))
+        else timed ours "$2" "$3" $(($4 + 100 + n)) && timed vllm_tool "$2" "$3" $(($4 + n)); fi
+        local ok=$?; pack
+        (( ok == 0 )) || { echo "round $n not done: a run failed"; return 1; }  # the next call repeats it
+        touch "$res/round-$n"
     done
 }
 open_loop() {  # the open-loop phase (below); exits 3 while rounds remain, the engine kept for them
