@@ -81,10 +81,15 @@ def test_up_keeps_the_copies_it_is_given(h100_box):
 
 
 def test_a_restart_keeps_the_chosen_copies_and_refuses_a_change_of_set_ones():
-    from server.stack import rolling
+    from server.stack import restart_control, rolling
     from server.stack.roller import with_chosen_copies
     running = load_settings().model_copy(update={"engine_copies": 3})  # what `up` chose
     assert rolling.changed(running, with_chosen_copies(running, load_settings(), chosen=True)) == []
+    # `ernie-chat restart` sends the settings as it reads them: still unset, still not a change.
+    sent = restart_control.settings_from(restart_control.settings_values(load_settings()))
+    assert rolling.changed(running, with_chosen_copies(running, sent, chosen=True)) == []
+    sent = restart_control.settings_from(restart_control.settings_values(load_settings(engine_copies=3)))
+    assert "engine_copies" in sent.model_fields_set and sent.engine_copies == 3
     assert with_chosen_copies(running, load_settings(engine_copies=2), chosen=True).engine_copies == 2
     # ERNIE_ENGINE_COPIES=3 was set and is now gone: a change, which restart refuses.
     assert rolling.changed(running, with_chosen_copies(running, load_settings(), chosen=False)) == ["engine_copies"]
