@@ -212,6 +212,9 @@ def test_replies_past_the_cap_on_one_socket_are_refused_and_not_saved(limited_ap
 # More long replies at once than the CPU build runs together (its max_num_seqs, 128, for
 # the API server): the rest wait in vLLM's queue.
 LOAD_REPLIES, LOAD_TOKENS = 160, 200
+# vLLM's one API server streams all of them on 2 shared cores: its /metrics then answered in
+# over 5 s in one full run (the other test process was busy too).
+LOADED_METRICS_TIMEOUT_S = 60
 
 
 @contextlib.asynccontextmanager
@@ -227,7 +230,8 @@ async def engine_loaded(settings):
         load = [asyncio.create_task(reply(http)) for _ in range(LOAD_REPLIES)]
         try:
             for _ in range(600):
-                if await metric_async(settings.engine_base_url, "vllm:num_requests_waiting") > 1:
+                if await metric_async(settings.engine_base_url, "vllm:num_requests_waiting",
+                                      LOADED_METRICS_TIMEOUT_S) > 1:
                     break
                 await asyncio.sleep(0.05)
             else:
@@ -235,7 +239,8 @@ async def engine_loaded(settings):
             # The app's gauge reads the queue at most every MAX_AGE_S: a reading of the short
             # queue taken by the message just before may still be fresh for that long.
             await asyncio.sleep(MAX_AGE_S + 0.1)
-            assert await metric_async(settings.engine_base_url, "vllm:num_requests_waiting") > 1, \
+            assert await metric_async(settings.engine_base_url, "vllm:num_requests_waiting",
+                                      LOADED_METRICS_TIMEOUT_S) > 1, \
                 "the load no longer keeps requests waiting"
             yield
         finally:

@@ -13,8 +13,8 @@ def metric(base_url: str, name: str, **labels: str) -> float:
                                       verify=tls_contexts.shared()).text, name, **labels)
 
 
-async def metric_async(base_url: str, name: str, **labels: str) -> float:
-    async with httpx.AsyncClient(timeout=5, verify=tls_contexts.shared()) as http:
+async def metric_async(base_url: str, name: str, timeout_s: float = 5, **labels: str) -> float:
+    async with httpx.AsyncClient(timeout=timeout_s, verify=tls_contexts.shared()) as http:
         return metric_from_text((await http.get(f"{base_url}/metrics")).text, name, **labels)
 
 
