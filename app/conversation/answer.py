@@ -193,7 +193,8 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     conversation.add(user_text, batcher.text, export.figures_of(stats, params.seed, line))
     # A reply taken over from another process counted its tokens there.
     generated = stats.completion_tokens if resumed is None else None
-    cl.user_session.get("budget").sent(stats.prompt_tokens, Reply(batcher.text, generated) if generated else None)
+    cl.user_session.get("budget").sent(stats.prompt_tokens,
+                                       Reply(batcher.text, generated) if generated else None)
     STREAMING.finished(stats.tokens_per_s)
     chosen.finished(stats.tokens_per_s)
     chat_metrics.reply_finished(stats.user_ttft_s, stats.tokens_per_s, bool(stats.continued))

@@ -63,7 +63,8 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
     memory = device_memory(args, settings)
     copies, copies_reason = settings.engine_copies, None
     if engine_copies.chooses_copies(settings) and memory.kind == "cuda":  # as `up` would on this machine
-        choice = engine_copies.auto_copies(memory.kind, os.cpu_count() or 1, shape.weights, memory.total_bytes)
+        choice = engine_copies.auto_copies(memory.kind, os.cpu_count() or 1, shape.weights,
+                                           memory.total_bytes)
         copies, copies_reason = choice.copies, choice.reason
     # Every figure below is one copy's: its share of the GPU (the setting is for all of them).
     settings = preflight.per_copy_settings(settings, copies)

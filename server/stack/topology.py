@@ -7,7 +7,8 @@ chosen from the machine:
   vLLM.  One API server process is the limit of a 0.36 B model on an H200
   (direct load at 256 chats: 14.8k output tokens/s with one, 39k with four,
   docs/performance.md, "The app's CPU"), so a GPU machine gets a quarter of its
-  cores, at most 4; several copies share three eighths of them.  A 2-core CPU machine gets 1: its engine already takes a core.
+  cores, at most 4; several copies share three eighths of them.  A 2-core CPU
+  machine gets 1: its engine already takes a core.
 * Engine copies per GPU: separate ``vllm serve`` processes, each with its share
   of the GPU's memory, since one engine core process keeps an H200 busy only
   about a quarter of the time for this model.  vLLM's own data parallelism cannot
