@@ -62,8 +62,9 @@ fi
 export PATH=/tmp/haproxy:$PATH PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1
 export ERNIE_MODEL=$PWD/.gpu/model ERNIE_EXTRA_ENGINE_ARGS="--load-format dummy" \
        ERNIE_ENABLE_PREFIX_CACHING=false ERNIE_IGNORE_EOS=true ERNIE_MAX_TOKENS=256 \
-       ERNIE_MAX_MODEL_LEN=2048 ERNIE_SERVED_MODEL_NAME=ernie \
-       ERNIE_STREAM_INTERVAL_MAX=1  # vLLM 0.26 has no per-request stream_interval (it would warn per request)
+       ERNIE_MAX_MODEL_LEN=2048 ERNIE_SERVED_MODEL_NAME=ernie
+# vLLM 0.26 has no per-request stream_interval: `up` sets the engine-wide one (8) and the app asks
+# for none (server/plan/stream_interval.py); before that, this file set ERNIE_STREAM_INTERVAL_MAX=1.
 cli() { .venv/bin/python -m server.cli "$@"; }
 
 up_start() {  # up_start NAME [VAR=VALUE ...]: the stack in the background, until its chat URL

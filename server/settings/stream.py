@@ -53,8 +53,9 @@ class StreamSettings(BaseModel):
         None,
         ge=1,
         description="Tokens vLLM gathers before it sends them on a stream (--stream-interval; "
-        "unset: vLLM's 1, every token at once). More means less work for the API server per "
-        "token and a less smooth stream.",
+        "unset: vLLM's 1, every token at once, the app asking for more per request in a crowd; "
+        "8 on a GPU whose vLLM is older than 0.32, which cannot). More means less work for the "
+        "API server per token and a less smooth stream; the first token always comes alone.",
     )
     engine_stats: bool = Field(
         True,

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from server.engine_state import write_state
 from server.errors import ErnieChatError
 from server.plan import kv_planner as kp
-from server.plan import preflight
+from server.plan import preflight, stream_interval
 from server.plan.device import read_memory
 from server.plan.model_config import load_shape
 from server.progress import StatusLine
@@ -159,6 +159,7 @@ class EngineTier:
         self.model_path = ""
         self.python = ""
         self.is_demo = False
+        self.interval_choice: Optional[stream_interval.IntervalChoice] = None
 
     # --- before anything starts -------------------------------------------
     def prepare(self) -> None:
@@ -177,6 +178,7 @@ class EngineTier:
     def build_commands(self) -> None:
         """Each copy's process, once the pre-flight checks pass."""
         s, self.plan = self.preflight()
+        s = self.grouped(s)
         self.together = starts_together(s, self.device)
         commands = [engine_command(s, self.model_path, self.device, self.python, copy)
                     for copy in self.copies]
@@ -191,6 +193,17 @@ class EngineTier:
         if len(shares) > 1 and all(shares):
             self.out(f"[{self.label}] each copy computes on cores of its own: "
                      + "; ".join(f"copy {i} on {share}" for i, share in enumerate(shares)))
+
+    def grouped(self, s: Settings) -> Settings:
+        """``s`` with the tokens per streamed event chosen for this vLLM, unless the user chose."""
+        if s.stream_interval is not None:
+            return s
+        if self.interval_choice is None:  # probed and said once; a rolling restart keeps it
+            self.interval_choice = stream_interval.choose(self.device, self.python)
+            if self.interval_choice.reason:
+                self.out(f"[{self.label}] {self.interval_choice.reason}")
+        return s if self.interval_choice.interval is None else s.model_copy(
+            update={"stream_interval": self.interval_choice.interval})
 
     def preflight(self) -> tuple[Settings, Optional[kp.Plan]]:
         """Refuse settings that cannot work; return the settings the copies' commands are built
@@ -287,6 +300,7 @@ class EngineTier:
         except StartupFailed:
             self.settings = old
             raise
+        s = self.grouped(s)
         return [engine_command(s, self.model_path, self.device, self.python, copy) for copy in self.copies]
 
     @staticmethod

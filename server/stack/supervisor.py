@@ -32,6 +32,7 @@ from server.errors import ErnieChatError
 from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan import engine_copies
 from server.plan.device import resolve_device
+from server.plan.stream_interval import IntervalChoice
 from server.private_files import tighten
 from server.progress import StatusLine, run_step
 from server.settings import Settings, engine_exposed
@@ -157,6 +158,7 @@ class Stack:
             self.tiers = [EngineTier(self.settings, copies, topology.device, self.root,
                                      self.log_path, self.out)]
             self.tiers[0].prepare()
+            self.app_asks_no_interval(self.tiers[0].interval_choice)
         self.engines = self.tiers[0]
         if while_it_loads:
             while_it_loads()
@@ -166,6 +168,13 @@ class Stack:
                 tier.report()
         self.info = self.engines.info
         return self.info
+
+    def app_asks_no_interval(self, choice: Optional[IntervalChoice]) -> None:
+        """An engine that groups every request's tokens itself (an older vLLM's engine-wide
+        interval, chosen by the tier) would only warn at the app's per-request field, once per
+        request in its log: the workers, started next, leave it out unless the user chose."""
+        if choice and choice.interval and "stream_interval_max" not in self.settings.model_fields_set:
+            self.settings = self.settings.model_copy(update={"stream_interval_max": 1})
 
     def launch_balancer(self) -> None:
         """HAProxy's process, started without waiting: it needs only the topology, so it
