@@ -30,6 +30,8 @@ _AMOUNT = re.compile(r"\$\d[\d,]*(?:\.\d+)?(?![\w^_{}\\])")
 _PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
 # The only characters the rewrite of prose looks at.
 _SPECIAL = re.compile(r"[\\$]")
+# With none of these a text is shown as it is: no math, no escape, no code.
+_ANY_MARK = re.compile(r"[\\$`~]")
 
 
 def display_text(text: str) -> str:
@@ -62,10 +64,17 @@ class DisplayStream:
     def __init__(self, send: Callable[[str, bool], Awaitable[None]], shown: str = "") -> None:
         # A reply carried on starts from its saved, already rewritten text (idempotent).
         self._send, self.raw, self.shown = send, shown, display_text(shown)
+        # Until the reply holds a mark, its rewrite is itself: each frame's text goes as it is,
+        # instead of rewriting the whole reply again (most replies are plain prose).
+        self._plain = _ANY_MARK.search(shown) is None
 
     async def __call__(self, chunk: str) -> None:
         self.raw += chunk
-        text, whole = frame(self.shown, self.raw)
+        if self._plain and _ANY_MARK.search(chunk) is None:
+            text, whole = chunk, False
+        else:
+            self._plain = False
+            text, whole = frame(self.shown, self.raw)
         self.shown = text if whole else self.shown + text
         if text:
             await self._send(text, whole)

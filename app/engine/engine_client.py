@@ -18,6 +18,7 @@ import httpx2
 import openai
 from openai import AsyncOpenAI
 
+from app.engine.idle_deadline import IdleDeadline
 from server.settings import Settings, auth_headers
 
 
@@ -31,9 +32,9 @@ def make_client(settings: Settings) -> AsyncOpenAI:
     against 5.1 (docs/performance.md, "The HTTP client's pool"). Requests, errors and timeouts stay
     the SDK's: the transport turns aiohttp's exceptions into httpx2's (see ``error_kind``).
     """
-    # The read timeout is per socket read (aiohttp's sock_read, as httpx's), so it bounds the
-    # wait for the *next* token rather than the whole reply: a long answer never times out,
-    # a hung engine does.
+    # The read timeout bounds the wait for the *next* bytes rather than the whole reply: a long
+    # answer never times out, a hung engine does. A reply's stream keeps it on its own timer
+    # (stream_reply); the client's other requests, as aiohttp's sock_read.
     timeout = httpx.Timeout(connect=5.0, read=settings.request_timeout_s, write=10.0, pool=5.0)
     # Idle connections go well before the engine closes them (settings.engine_keepalive_s): a
     # request sent on one just as the server closes it would fail as "engine not reachable".
@@ -191,27 +192,42 @@ async def stream_reply(
     body = {"messages": messages, "temperature": temperature, "top_p": top_p,
             "max_tokens": max_tokens, "stream_options": {"include_usage": True},
             **(extra_body or {})}  # vLLM's own sampling fields, e.g. ignore_eos for load tests
+    # The client's read timeout becomes the reply's idle deadline, on one timer instead of one
+    # per network read (app/engine/idle_deadline.py).
+    limits = client.timeout if isinstance(client.timeout, httpx.Timeout) else None
+    deadline = IdleDeadline(limits.read if limits else None)
     request = client.chat.completions.with_streaming_response.create(
-        model=model, messages=(), stream=True, extra_body=body)
-    async with request as response:
-        try:
-            rest = b""
-            async for data in response.iter_bytes():
-                payloads, rest = sse_payloads(rest + data)
-                texts: list[str] = []
-                try:
-                    for chunk in sse_chunks(payloads):
-                        texts += read_chunk(chunk, stats)
-                finally:  # what came before an error in the same read is shown first
-                    if texts:
-                        if stats.first_token_at is None:
-                            stats.first_token_at = time.perf_counter()
-                        stats.pieces += len(texts)
-                        yield "".join(texts)
-        except READ_TIMEOUTS as exc:
-            raise openai.APITimeoutError(request=response.http_response.request) from exc
-        except READ_FAILURES as exc:
-            raise openai.APIConnectionError(request=response.http_response.request) from exc
+        model=model, messages=(), stream=True, extra_body=body,
+        **({"timeout": httpx.Timeout(limits.connect, read=None, write=limits.write, pool=limits.pool)}
+           if limits else {}))
+    try:
+        async with request as response:
+            try:
+                rest = b""
+                async for data in response.iter_bytes():
+                    deadline.came()
+                    payloads, rest = sse_payloads(rest + data)
+                    texts: list[str] = []
+                    try:
+                        for chunk in sse_chunks(payloads):
+                            texts += read_chunk(chunk, stats)
+                    finally:  # what came before an error in the same read is shown first
+                        if texts:
+                            if stats.first_token_at is None:
+                                stats.first_token_at = time.perf_counter()
+                            stats.pieces += len(texts)
+                            yield "".join(texts)
+                    deadline.wait()
+            except READ_TIMEOUTS as exc:
+                raise openai.APITimeoutError(request=response.http_response.request) from exc
+            except READ_FAILURES as exc:
+                raise openai.APIConnectionError(request=response.http_response.request) from exc
+    except asyncio.CancelledError:
+        if deadline.expired_alone():
+            raise openai.APITimeoutError(request=None) from None  # as the client's own timeout
+        raise
+    finally:
+        deadline.close()
     stats.finished_at = time.perf_counter()
 
 

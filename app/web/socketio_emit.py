@@ -23,6 +23,14 @@ from socketio import packet
 from socketio.async_manager import AsyncManager
 
 SOCKETIO_EMIT = AsyncManager.emit
+SCALARS = (str, bool, int, float, type(None))
+
+
+def flat(data) -> bool:
+    """A dict of plain values (a streamed frame's: id, token, two flags), which holds no binary
+    attachment: socket.io then need not walk it to find out (its ``data_is_binary``, a
+    recursive walk, was the top function of a crowd's profile at 3.5 % of a worker's CPU)."""
+    return isinstance(data, dict) and all(isinstance(value, SCALARS) for value in data.values())
 
 
 async def emit(self, event, data, namespace, room=None, skip_sid=None, callback=None, to=None, **kwargs):
@@ -32,7 +40,8 @@ async def emit(self, event, data, namespace, room=None, skip_sid=None, callback=
                                    callback=callback, **kwargs)
     participants = list(self.get_participants(namespace, room)) if namespace in self.rooms else []
     encoded = (self.server.packet_class(packet.EVENT, namespace=namespace,
-                                        data=[event] + ([] if data is None else [data])).encode()
+                                        data=[event] + ([] if data is None else [data]),
+                                        binary=False if flat(data) else None).encode()
                if len(participants) == 1 else None)
     if not isinstance(encoded, str):  # nobody, several, or binary attachments (a list of packets)
         return await SOCKETIO_EMIT(self, event, data, namespace, room=room, skip_sid=skip_sid,

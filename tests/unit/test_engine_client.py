@@ -117,6 +117,58 @@ async def test_a_stream_that_stalls_mid_reply_times_out():
     assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
 
 
+async def test_an_engine_that_never_answers_times_out():
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(30)  # the request came; no status line, no bytes
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        started = asyncio.get_running_loop().time()
+        pieces, error = await read_reply(server, read_timeout_s=0.5)
+    assert pieces == [] and asyncio.get_running_loop().time() - started < 5
+    assert isinstance(error, openai.APITimeoutError) and error_kind(error) == "timeout"
+
+
+async def test_a_reader_kept_busy_by_its_chat_is_not_a_stalled_engine():
+    """The idle deadline counts only waits for the engine: a chat whose socket holds its reader
+    longer than the limit, while the engine's bytes wait in the buffer, gets the whole reply."""
+    async def more(writer):
+        for _ in range(2):
+            await asyncio.sleep(0.1)
+            writer.write(b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    server = await stub_engine(more)
+    port = server.sockets[0].getsockname()[1]
+    settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{port}", request_timeout_s=0.4)
+    async with server:
+        pieces = []
+        async for piece in stream_reply(make_client(settings), "m", [], ReplyStats(),
+                                        temperature=1.0, top_p=1.0, max_tokens=8):
+            pieces.append(piece)
+            await asyncio.sleep(0.9)  # the chat's frame takes longer than the limit
+    assert "".join(pieces) == "word " * 5
+
+
+async def test_stop_while_the_engine_is_slow_is_a_cancel_not_a_timeout():
+    async def stall(writer):
+        await asyncio.sleep(30)
+    server = await stub_engine(stall)
+    port = server.sockets[0].getsockname()[1]
+    settings = Settings(_env_file=None, engine_url=f"http://127.0.0.1:{port}", request_timeout_s=0.3)
+
+    async def read():
+        async for _ in stream_reply(make_client(settings), "m", [], ReplyStats(),
+                                    temperature=1.0, top_p=1.0, max_tokens=8):
+            pass
+    async with server:
+        task = asyncio.create_task(read())
+        await asyncio.sleep(0.1)
+        task.cancel()  # Stop, before the deadline
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_connection_dropped_before_the_answer_is_cut_not_a_timeout():
     """The client's aiohttp transport reports any dropped connection as httpx2's ConnectTimeout:
     the chat must still say the engine closed it (it died), not that it is slow, nor that

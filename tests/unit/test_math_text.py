@@ -3,9 +3,10 @@ dollars, code untouched, and the rewrite safe to apply again."""
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
+import random
+
+import pytest
 
 from app.conversation.math_text import DisplayStream, display_text, frame
 
@@ -90,3 +91,24 @@ def test_a_reply_carried_on_starts_from_its_shown_text() -> None:
     stream = DisplayStream(send, display_text("$5 and "))
     asyncio.run(stream("$10"))
     assert sent == [("\\$10", False)]
+
+
+def test_plain_frames_then_marks_in_random_pieces_show_the_rewrite_of_the_whole() -> None:
+    """A reply sent as it is while it holds no mark, then rewritten once one comes, shows the
+    same as the rewrite of the whole text at every frame (seeded random texts and cuts)."""
+    rng = random.Random(7)
+    alphabet = ["a", " ", "5", "x", "\n", "$", "\\", "(", ")", "[", "]", "`", "~", ".", "é"]
+    for _ in range(300):
+        plain = "".join(rng.choice("ab c.\n") for _ in range(rng.randint(0, 30)))
+        raw = plain + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        browser = [""]
+
+        async def send(text: str, whole: bool) -> None:
+            browser[0] = text if whole else browser[0] + text
+
+        stream, k = DisplayStream(send), 0
+        while k < len(raw):
+            size = rng.randint(1, 6)
+            asyncio.run(stream(raw[k:k + size]))
+            k += size
+            assert browser[0] == stream.shown == display_text(raw[:k]), raw[:k]

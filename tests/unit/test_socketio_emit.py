@@ -23,7 +23,7 @@ async def server_with_clients(count: int):
 
 async def test_an_emit_to_one_client_hands_over_the_same_packets_in_the_same_order(monkeypatch):
     server, (sid,), handed = await server_with_clients(1)
-    events = [("stream_token", {"id": "m1", "token": "héllo \"x\"", "isSequence": False}),
+    events = [("stream_token", {"id": "m1", "token": "héllo \"x\"", "isSequence": False, "isInput": None}),
               ("new_message", {"id": "m1", "output": "$5 and $10"}), ("task_end", None)]
     for event, data in events:
         await socketio_emit.SOCKETIO_EMIT(server.manager, event, data, "/", to=sid)
@@ -51,8 +51,9 @@ async def test_a_room_of_several_a_skip_list_and_a_callback_are_socketios_own(mo
     await server.manager.emit("skipping", {}, "/", to=sids[0], skip_sid=sids[1])
     await server.manager.emit("with-ack", {}, "/", to=sids[0], callback=lambda *a: None)
     await server.manager.emit("bytes", b"\x00", "/", to=sids[0])
+    await server.manager.emit("bytes-inside", {"name": "a.bin", "content": b"\x00"}, "/", to=sids[0])
     await server.manager.emit("nobody", {}, "/", to="no-such-sid")
-    assert own == ["to-both", "skipping", "with-ack", "bytes", "nobody"] and handed == []
+    assert own == ["to-both", "skipping", "with-ack", "bytes", "bytes-inside", "nobody"] and handed == []
 
 
 async def test_a_closed_socket_does_not_break_the_emitter():

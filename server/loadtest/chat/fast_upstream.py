@@ -13,9 +13,10 @@ does in production:
   /detokenize`` joins back, so that ``bench`` builds its prompts here), ``GET /metrics`` (the
   gauges the app reads), ``GET /health``;
 * ``POST /v1/chat/completions`` with ``stream: true``: one HTTP chunk per SSE event, as
-  uvicorn sends vLLM's; the role chunk, then ONE token per chunk (vLLM's default
-  ``--stream-interval 1``; the request's ``stream_interval`` is ignored, so give the app
-  ``ERNIE_STREAM_INTERVAL_MAX=1`` to match), each with the running usage when
+  uvicorn sends vLLM's; the role chunk, then the first token alone and ``N`` tokens per
+  chunk after it (N: the request's ``stream_interval``, as vLLM 0.32 reads it, else
+  ``--stream-interval``, vLLM's engine-wide flag, default 1: one token per chunk; give the
+  app ``ERNIE_STREAM_INTERVAL_MAX=1`` to keep it from asking), each with the running usage when
   ``continuous_usage_stats`` is asked (as the app does), the finish chunk, the final usage
   chunk, ``[DONE]``. The chunks' fields and their order are vLLM 0.32's
   (``entrypoints/openai/chat_completion/serving.py``, ``model_dump_json(exclude_unset=True)``).
@@ -66,37 +67,49 @@ def usage(prompt: int, done: int) -> str:
             f'"completion_tokens":{done}}}')
 
 
+def groups(tokens: int, interval: int) -> list[int]:
+    """Tokens per streamed chunk: the first alone, then ``interval`` at a time, as vLLM's
+    output processor sends them."""
+    rest = tokens - 1
+    return [1] + [interval] * (rest // interval) + ([rest % interval] if rest % interval else [])
+
+
 def chunks(request_id: str, created: int, prompt: int, tokens: int, live_usage: bool, final_usage: bool,
-           seed: int):
-    """The stream's events in order (vLLM's JSON, field for field), lazily."""
+           seed: int, interval: int = 1):
+    """The stream's events in order (vLLM's JSON, field for field), lazily, each with the
+    number of tokens it carries."""
     head = f'{{"id":"{request_id}","object":"chat.completion.chunk","created":{created},"model":"{MODEL}",'
     tail = lambda done: ("," + usage(prompt, done) if live_usage else "") + "}"
     yield event(head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
-                '"finish_reason":null}]' + tail(0))
-    for i in range(tokens):
-        text = json.dumps(WORDS[(seed + i * 7) % len(WORDS)], ensure_ascii=False)
+                '"finish_reason":null}]' + tail(0)), 0
+    done = 0
+    for size in groups(tokens, interval):
+        text = json.dumps("".join(WORDS[(seed + i * 7) % len(WORDS)] for i in range(done, done + size)),
+                          ensure_ascii=False)
+        done += size
         yield event(head + f'"choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,'
-                    f'"finish_reason":null,"token_ids":null}}]' + tail(i + 1))
+                    f'"finish_reason":null,"token_ids":null}}]' + tail(done)), size
     yield event(head + '"choices":[{"index":0,"delta":{"content":""},"logprobs":null,'
-                '"finish_reason":"length","stop_reason":null,"token_ids":null}]' + tail(tokens))
+                '"finish_reason":"length","stop_reason":null,"token_ids":null}]' + tail(tokens)), 0
     if final_usage:
-        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}")
-    yield event("[DONE]")
-    yield b"0\r\n\r\n"
+        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}"), 0
+    yield event("[DONE]"), 0
+    yield b"0\r\n\r\n", 0
 
 
 def completion_chunks(request_id: str, created: int, prompt: int, tokens: int, final_usage: bool, seed: int):
-    """A streamed completion's events in order (vLLM's JSON, field for field), lazily."""
+    """A streamed completion's events in order (vLLM's JSON, field for field), lazily, each
+    with the number of tokens it carries."""
     head = f'{{"id":"{request_id}","object":"text_completion","created":{created},"model":"{MODEL}",'
     for i in range(tokens):
         text = json.dumps(WORDS[(seed + i * 7) % len(WORDS)], ensure_ascii=False)
         finish = '"length"' if i == tokens - 1 else "null"
         yield event(head + f'"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":{finish},'
-                    f'"stop_reason":null}}]}}')
+                    f'"stop_reason":null}}]}}'), 1
     if final_usage:
-        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}")
-    yield event("[DONE]")
-    yield b"0\r\n\r\n"
+        yield event(head + '"choices":[],' + usage(prompt, tokens) + "}"), 0
+    yield event("[DONE]"), 0
+    yield b"0\r\n\r\n", 0
 
 
 METRICS = ("vllm:num_requests_running{{model_name=\"{m}\"}} {running}\n"
@@ -105,8 +118,8 @@ METRICS = ("vllm:num_requests_running{{model_name=\"{m}\"}} {running}\n"
 
 
 class Upstream:
-    def __init__(self, tokens_per_s: float):
-        self.every_s = 1.0 / tokens_per_s
+    def __init__(self, tokens_per_s: float, stream_interval: int = 1):
+        self.every_s, self.stream_interval = 1.0 / tokens_per_s, stream_interval
         self.running = 0
         self.requests = 0
         self.vocabulary: dict[str, int] = {}  # the stand-in tokenizer's ids: words as first seen
@@ -179,17 +192,18 @@ class Upstream:
         else:
             events = chunks(f"chatcmpl-{self.requests}", int(time.time()), count(body.get("messages") or []),
                             tokens, bool(options.get("continuous_usage_stats")), bool(options.get("include_usage")),
-                            self.requests)
+                            self.requests, requested_interval(body) or self.stream_interval)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")
         self.running += 1
         try:
-            writer.write(next(events))  # the role chunk, or a completion's first token, at once
+            first, _ = next(events)  # the role chunk, or a completion's first token, at once
+            writer.write(first)
             await writer.drain()
             loop = asyncio.get_running_loop()
             due = loop.time()
-            for piece in events:
-                due += self.every_s
+            for piece, size in events:
+                due += max(size, 1) * self.every_s
                 # A late tick sends at once (a loaded machine catches up, as a GPU batch does).
                 if (wait := due - loop.time()) > 0:
                     await asyncio.sleep(wait)
@@ -199,10 +213,18 @@ class Upstream:
             self.running -= 1
 
 
-async def serve(host: str, port: int, tokens_per_s: float, ready: Optional[asyncio.Event] = None) -> None:
-    upstream = Upstream(tokens_per_s)
+def requested_interval(body: dict) -> Optional[int]:
+    """The request's own ``stream_interval`` (vLLM 0.32's per-request field), when valid."""
+    value = body.get("stream_interval")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+async def serve(host: str, port: int, tokens_per_s: float, ready: Optional[asyncio.Event] = None,
+                stream_interval: int = 1) -> None:
+    upstream = Upstream(tokens_per_s, stream_interval)
     server = await asyncio.start_server(upstream.handle, host, port, backlog=1024)
-    print(f"fast upstream at http://{host}:{port}: {tokens_per_s:g} tokens/s per reply", flush=True)
+    print(f"fast upstream at http://{host}:{port}: {tokens_per_s:g} tokens/s per reply, "
+          f"{stream_interval} per chunk unless a request asks", flush=True)
     if ready:
         ready.set()
     async with server:
@@ -214,11 +236,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tokens-per-s", type=float, default=50.0, help="per reply (default 50)")
+    parser.add_argument("--stream-interval", type=int, default=1,
+                        help="tokens per chunk after the first, as vLLM's flag (default 1); a "
+                        "request's own stream_interval wins")
     args = parser.parse_args(argv)
     if not 0 < args.tokens_per_s <= 100_000:
         parser.error("--tokens-per-s must be in (0, 100000]")
+    if not 1 <= args.stream_interval <= 1024:
+        parser.error("--stream-interval must be in [1, 1024]")
     try:
-        asyncio.run(serve(args.host, args.port, args.tokens_per_s))
+        asyncio.run(serve(args.host, args.port, args.tokens_per_s, stream_interval=args.stream_interval))
     except KeyboardInterrupt:
         pass
     return 0
