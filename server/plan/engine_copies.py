@@ -34,7 +34,7 @@ class CopiesChoice:
 def chooses_copies(settings: Settings) -> bool:
     """ERNIE_ENGINE_COPIES unset, one model, no KV pool sized by hand (ERNIE_KV_CACHE_GIB is
     each copy's), and this machine starts its own engines: the number is the stack's to choose."""
-    return ("engine_copies" not in settings.model_fields_set and not settings.models
+    return (settings.engine_copies is None and not settings.models
             and settings.kv_cache_gib is None and settings.starts_engine
             and settings.node_role == "head" and settings.data_parallel_size == 1)
 

@@ -183,7 +183,7 @@ def plan_models(settings: Settings, shaped: list[tuple[ModelEntry, kp.ModelShape
     models = tuple(ModelPlan(need, share, preflight.plan_for(
         model_settings(settings, need.name, need.max_model_len, share), need.shape, memory))
         for need, share in zip(needs, shares))
-    problems = models_problems(entries, utilization, settings.kv_cache_gib, settings.engine_copies, total,
+    problems = models_problems(entries, utilization, settings.kv_cache_gib, settings.copies_per_gpu, total,
                                at_once=settings.models_at_once)
     if not at_once and (problem := rest_problem(needs, utilization, total)):
         problems.append(problem)

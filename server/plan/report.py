@@ -61,7 +61,7 @@ def build(args: argparse.Namespace, settings: Settings) -> dict:
                        "--models (or ERNIE_MODELS), not --model.")
     shape, source = load_shape(args.model or settings.model)
     memory = device_memory(args, settings)
-    copies, copies_reason = settings.engine_copies, None
+    copies, copies_reason = settings.copies_per_gpu, None
     if engine_copies.chooses_copies(settings) and memory.kind == "cuda":  # as `up` would on this machine
         choice = engine_copies.auto_copies(memory.kind, os.cpu_count() or 1, shape.weights,
                                            memory.total_bytes)

@@ -80,7 +80,7 @@ class ModelSettings(BaseModel):
                     for name, value in (("ERNIE_MODELS_AT_ONCE", self.models_at_once),
                                         ("ERNIE_MODEL_IDLE_S", self.model_idle_s)) if value]
         return models_problems(self.model_entries, self.gpu_memory_utilization, self.kv_cache_gib,
-                               self.engine_copies, engine_url=self.engine_url,
+                               self.copies_per_gpu, engine_url=self.engine_url,
                                at_once=self.models_at_once)
 
     @property

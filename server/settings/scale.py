@@ -15,8 +15,8 @@ class ScaleSettings(BaseModel):
         "at most 4, and 2 each for 3 copies on 16 cores). One API server process is the limit of "
         "a small model on a big GPU.",
     )
-    engine_copies: int = Field(
-        1, ge=1, le=16,
+    engine_copies: Optional[int] = Field(
+        None, ge=1, le=16,
         description="Copies of the engine on each GPU, each with its share of the memory, behind "
         "one balancer (HAProxy). One engine core process cannot keep a big GPU busy with a model "
         "this small, so unset, `up` runs 3 where the machine has 16 cores or more and the model's "
@@ -75,6 +75,12 @@ class ScaleSettings(BaseModel):
         None, ge=0, description="On an engines machine: the rank of its first copy "
         "(--data-parallel-start-rank), i.e. how many copies the machines before it run.",
     )
+
+    @property
+    def copies_per_gpu(self) -> int:
+        """ERNIE_ENGINE_COPIES, or one where nothing chose (`up` chooses on a GPU box before
+        anything reads this: server/plan/engine_copies.py)."""
+        return self.engine_copies or 1
 
     def problems(self) -> list[str]:
         local = self.data_parallel_size_local

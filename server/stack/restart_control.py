@@ -72,10 +72,8 @@ def read_json(path: Path) -> dict:
 
 
 def settings_values(settings: Settings) -> dict:
-    """Every field's value, secrets in clear: what ``Settings(**values)`` rebuilds. The engine
-    copies only when they were set: unset, the copies `up` chose stay (roller.with_chosen_copies)."""
-    return {name: plain(getattr(settings, name)) for name in type(settings).model_fields
-            if name != "engine_copies" or name in settings.model_fields_set}
+    """Every field's value, secrets in clear: what ``Settings(**values)`` rebuilds."""
+    return {name: plain(getattr(settings, name)) for name in type(settings).model_fields}
 
 
 def settings_from(values: dict) -> Settings:

@@ -62,10 +62,11 @@ def serve(stack: RunningStack) -> None:
             stack.rolling_now.clear()
 
 
-def with_chosen_copies(running: Settings, new: Settings, chosen: bool) -> Settings:
-    """``new``, with the engine copies `up` chose when ERNIE_ENGINE_COPIES is still unset: not a
-    change. Copies that were set and now are not are one (they are fixed while `up` runs)."""
-    if chosen and "engine_copies" not in new.model_fields_set:
+def with_running_copies(running: Settings, new: Settings) -> Settings:
+    """``new``, with the engine copies that run where ERNIE_ENGINE_COPIES is unset: unset means
+    `up`'s choice, which for a running stack is what it runs (the copies are fixed while `up`
+    runs); a number set is compared as it is."""
+    if new.engine_copies is None:
         return new.model_copy(update={"engine_copies": running.engine_copies})
     return new
 
@@ -74,7 +75,7 @@ def prepare(stack: RunningStack, new: Settings,
             progress: restart_control.Progress) -> tuple[list[rolling.Step], list[EngineCommand]]:
     """Refuse what cannot be done; else the steps, and each copy's command under ``new``."""
     t, apps = planned(stack)
-    new = with_chosen_copies(stack.settings, new, stack.copies_chosen)
+    new = with_running_copies(stack.settings, new)
     tier = stack.engines
     engines = tier.engines if tier else []
     names = rolling.check(stack.settings, new, len(engines), t.balanced_engine,

@@ -67,7 +67,6 @@ class RunningStack(Protocol):
     """The supervisor's Stack as the watch loop, the restart and the on-demand models see it."""
 
     settings: Settings  # replaced by a rolling restart once every process runs the new ones
-    copies_chosen: bool  # ERNIE_ENGINE_COPIES was unset and `up` chose the copies
     root: Path
     out: Callable[[str], None]
     topology: Optional[Topology]  # planned before anything starts

@@ -57,7 +57,6 @@ class Stack:
     def __init__(self, settings: Settings, root: Path = ROOT, out: Callable[[str], None] = print):
         self.settings, self.root, self.out = settings, root, out
         self.topology: Optional[Topology] = None
-        self.copies_chosen = False
         self.engines: Optional[EngineTier] = None  # ERNIE_MODEL's, or the first model's
         self.tiers: list[EngineTier] = []           # one per model of ERNIE_MODELS
         self.apps: Optional[AppTier] = None
@@ -113,7 +112,6 @@ class Stack:
         if engine_copies.chooses_copies(s) and device == "cuda":
             choice = engine_copies.choose(s, device, cores)
             self.settings = s = s.model_copy(update={"engine_copies": choice.copies})
-            self.copies_chosen = True
             self.out(f"[stack] {choice.reason}")
         self.topology = plan_topology(s, device, cores, free_port)
         return self.topology

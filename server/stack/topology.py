@@ -138,7 +138,7 @@ def model_engines(settings: Settings, api_servers: int, exposed: bool,
 def plan_topology(settings: Settings, device: str, cores: int,
                   free_port: Callable[[], int]) -> Topology:
     """The topology the settings ask for on a machine with ``cores`` cores."""
-    copies_n = settings.engine_copies
+    copies_n = settings.copies_per_gpu
     api_servers = settings.api_servers or auto_api_servers(device, cores, copies_n)
     engine_exposed, app_exposed = config.engine_exposed(settings), config.app_exposed(settings)
     models = model_engines(settings, api_servers, engine_exposed, free_port)

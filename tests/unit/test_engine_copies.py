@@ -11,6 +11,8 @@ from server.plan import engine_copies
 from server.plan.device import DeviceMemory
 from server.plan.engine_copies import GIB, auto_copies, chooses_copies
 from server.settings import load_settings
+from server.stack import restart_control, rolling
+from server.stack.roller import with_running_copies
 from server.stack.supervisor import Stack
 from server.stack.topology import auto_api_servers
 
@@ -40,7 +42,7 @@ def test_one_copy_where_three_would_not_pay_or_cannot_be_judged(device, cores, w
 
 def test_copies_are_chosen_only_when_nobody_set_them():
     assert chooses_copies(load_settings())
-    assert not chooses_copies(load_settings(engine_copies=1))  # set, even to the default
+    assert not chooses_copies(load_settings(engine_copies=1))  # set, even to one
     assert not chooses_copies(load_settings(engine_url="http://10.0.0.5:8000"))
     assert not chooses_copies(load_settings(models="demo,demo-small"))
     assert not chooses_copies(load_settings(kv_cache_gib=20))  # every copy would take 20 GiB
@@ -80,16 +82,19 @@ def test_up_keeps_the_copies_it_is_given(h100_box):
     assert len(topology.copies) == 1 and topology.api_servers == 4 and said == []
 
 
-def test_a_restart_keeps_the_chosen_copies_and_refuses_a_change_of_set_ones():
-    from server.stack import restart_control, rolling
-    from server.stack.roller import with_chosen_copies
+def test_a_restart_keeps_the_running_copies_while_unset_and_refuses_a_change_of_set_ones():
     running = load_settings().model_copy(update={"engine_copies": 3})  # what `up` chose
-    assert rolling.changed(running, with_chosen_copies(running, load_settings(), chosen=True)) == []
+    assert rolling.changed(running, with_running_copies(running, load_settings())) == []
     # `ernie-chat restart` sends the settings as it reads them: still unset, still not a change.
     sent = restart_control.settings_from(restart_control.settings_values(load_settings()))
-    assert rolling.changed(running, with_chosen_copies(running, sent, chosen=True)) == []
+    assert sent.engine_copies is None and rolling.changed(running, with_running_copies(running, sent)) == []
     sent = restart_control.settings_from(restart_control.settings_values(load_settings(engine_copies=3)))
-    assert "engine_copies" in sent.model_fields_set and sent.engine_copies == 3
-    assert with_chosen_copies(running, load_settings(engine_copies=2), chosen=True).engine_copies == 2
-    # ERNIE_ENGINE_COPIES=3 was set and is now gone: a change, which restart refuses.
-    assert rolling.changed(running, with_chosen_copies(running, load_settings(), chosen=False)) == ["engine_copies"]
+    assert sent.engine_copies == 3 and rolling.changed(running, with_running_copies(running, sent)) == []
+    # A number set is a change where it differs from what runs, which restart refuses.
+    changed = with_running_copies(running, load_settings(engine_copies=2))
+    assert changed.engine_copies == 2 and rolling.changed(running, changed) == ["engine_copies"]
+
+
+def test_unset_copies_read_as_one_where_nothing_chose():
+    assert load_settings().engine_copies is None and load_settings().copies_per_gpu == 1
+    assert load_settings(engine_copies=2).copies_per_gpu == 2
