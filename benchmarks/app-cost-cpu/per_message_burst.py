@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.chat.cost import ProfiledApp, Variant, alternate, parse_env, py_spy, spread  # noqa: E402
+from server.loadtest.chat.cost import (ProfiledApp, Variant, add_variant_arguments, py_spy, spread,  # noqa: E402
+                                       variants_from)
 from server.loadtest.lib.cpu import process_cpu_s  # noqa: E402
 from server.loadtest.chat.qa_load import make_records  # noqa: E402
 from server.loadtest.lib.chat_socket import ChatSession  # noqa: E402
@@ -85,21 +86,14 @@ def main() -> int:
     parser.add_argument("--think-s", type=float, default=0.0,
                         help="pause between turns, not measured (a reader's pause: does the "
                              "connection to the engine outlast it?)")
-    parser.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--baseline-root", type=Path)
-    parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="the baseline's environment; with it alone the baseline is this checkout")
-    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs with a baseline")
+    add_variant_arguments(parser)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if args.turns < 2:
         parser.error("--turns must be 2 or more: the first turn is left out of the mean")
     args.out.mkdir(parents=True, exist_ok=True)
-    order = [Variant("this", ROOT, parse_env(args.app_env))]
-    if args.baseline_root or args.baseline_env:
-        baseline = Variant("baseline", (args.baseline_root or ROOT).resolve(), parse_env(args.baseline_env))
-        order = alternate(order + [baseline], args.pairs)
+    order = variants_from(args, ROOT)
     results: dict[str, list[float]] = {}
     runs = []
     for i, variant in enumerate(order):

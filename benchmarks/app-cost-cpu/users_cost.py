@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.chat.cost import (ProfiledApp, Variant, alternate, parse_env, py_spy,  # noqa: E402
-                                       render_top, spread, top_frames)
+from server.loadtest.chat.cost import (ProfiledApp, Variant, add_variant_arguments, py_spy,  # noqa: E402
+                                       render_top, spread, top_frames, variants_from)
 from server.loadtest.lib.cpu import process_cpu_s  # noqa: E402
 
 
@@ -60,19 +60,12 @@ def main() -> int:
     parser.add_argument("--engine", default="http://127.0.0.1:8000")
     parser.add_argument("--users", type=int, default=150)
     parser.add_argument("--reply-tokens", type=int, default=256)
-    parser.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--baseline-root", type=Path)
-    parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="the baseline's environment; with it alone the baseline is this checkout")
-    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs with a baseline")
+    add_variant_arguments(parser)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    order = [Variant("this", ROOT, parse_env(args.app_env))]
-    if args.baseline_root or args.baseline_env:
-        baseline = Variant("baseline", (args.baseline_root or ROOT).resolve(), parse_env(args.baseline_env))
-        order = alternate(order + [baseline], args.pairs)
+    order = variants_from(args, ROOT)
     runs = []
     for i, variant in enumerate(order):
         run = one_run(args.engine, variant, args.users, args.reply_tokens, args.out / f"run-{i + 1}")

@@ -1,11 +1,13 @@
 """bench --app-cost: its arithmetic, then a small real run (CPU vLLM, the real app)."""
 
 from __future__ import annotations
-
+import argparse
+from pathlib import Path
 
 import pytest
 
-from server.loadtest.chat.cost import CostRun, Variant, alternate, ratios, spread, summarize_cost_runs
+from server.loadtest.chat.cost import (CostRun, Variant, add_variant_arguments, alternate, ratios, spread,
+                                       summarize_cost_runs, variants_from)
 
 
 def run(sessions: int, cpu_s: float, tokens: int = 2000) -> CostRun:
@@ -25,3 +27,15 @@ def test_variants_alternate_abba_and_pair_in_order():
     assert [v.label for v in alternate([a, b], 4)] == ["a", "b", "b", "a", "a", "b", "b", "a"]
     r = ratios({"a": [run(8, 0.1), run(8, 0.3)], "b": [run(8, 0.2), run(8, 0.6)]}, "a", "b")
     assert r["8"]["mean"] == pytest.approx(0.5) and r["8"]["n"] == 2
+
+
+def test_a_benchmark_scripts_variants_are_this_checkout_or_both_in_turn(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_variant_arguments(parser)
+    alone = variants_from(parser.parse_args(["--app-env", "A=1"]), Path("."))
+    assert [(v.label, v.env) for v in alone] == [("this", {"A": "1"})]
+    both = variants_from(parser.parse_args(["--baseline-root", str(tmp_path), "--pairs", "2"]), Path("."))
+    assert [v.label for v in both] == ["this", "baseline", "baseline", "this"]
+    assert both[1].root == tmp_path.resolve()
+    itself = variants_from(parser.parse_args(["--baseline-env", "B=2"]), Path("."))
+    assert itself[1].root == Path(".").resolve() and itself[1].env == {"B": "2"}

@@ -23,6 +23,7 @@ that held the CPU most, by their own samples and with what they called (``...-to
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import shutil
@@ -248,6 +249,24 @@ def alternate(variants: list[Variant], repetitions: int) -> list[Variant]:
     order = []
     for rep in range(repetitions):
         order += variants if rep % 2 == 0 else list(reversed(variants))
+    return order
+
+
+def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
+    """The apps a benchmark script compares: this checkout's, and a baseline's."""
+    parser.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--baseline-root", type=Path)
+    parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="the baseline's environment; with it alone the baseline is this checkout")
+    parser.add_argument("--pairs", type=int, default=3, help="alternating pairs with a baseline")
+
+
+def variants_from(args: argparse.Namespace, root: Path) -> list[Variant]:
+    """This checkout (``root``) alone, or with the baseline in alternating order."""
+    order = [Variant("this", root, parse_env(args.app_env))]
+    if args.baseline_root or args.baseline_env:
+        baseline = Variant("baseline", (args.baseline_root or root).resolve(), parse_env(args.baseline_env))
+        order = alternate(order + [baseline], args.pairs)
     return order
 
 
