@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from server.loadtest.chat.cost import (ProfiledApp, Variant, add_variant_arguments, py_spy, spread,  # noqa: E402
-                                       variants_from)
+from server.loadtest.chat.cost import (ProfiledApp, Variant, add_variant_arguments,  # noqa: E402
+                                       py_spy, spread, variants_from)
 from server.loadtest.lib.cpu import process_cpu_s  # noqa: E402
 from server.loadtest.chat.qa_load import make_records  # noqa: E402
 from server.loadtest.lib.chat_socket import ChatSession  # noqa: E402

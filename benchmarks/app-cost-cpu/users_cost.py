@@ -52,7 +52,8 @@ def one_run(engine: str, variant: Variant, users: int, reply_tokens: int, out: P
         with py_spy(app.pid, profile, "raw", gil=True) if profile else nullcontext():
             tokens = crowd(app.url, users, out / "measured")
         cpu = process_cpu_s(app.pid) - before
-    return {"label": variant.label, "cpu_s": cpu, "tokens": tokens, "cpu_s_per_1k_tokens": 1000 * cpu / tokens}
+    return {"label": variant.label, "cpu_s": cpu, "tokens": tokens,
+            "cpu_s_per_1k_tokens": 1000 * cpu / tokens}
 
 
 def main() -> int:

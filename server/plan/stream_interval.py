@@ -3,11 +3,12 @@
 At vLLM's default interval every token is one SSE event, and each event costs the API server
 that sends it and the app worker that reads it. On an H100 with 16 cores, vLLM's API servers
 spent 0.17 CPU-seconds per 1,000 tokens at one token per event (2,500 chat users) and
-0.060-0.064 at eight (3,000 users; docs/performance.md, "3,000 users on one H100"). Since vLLM 0.32 the app asks per request,
-and only in a crowd (``stream_interval``, app/conversation/token_batcher.py); an older vLLM
-ignores the field, so there the engine-wide flag groups every request's tokens instead. The
-first token still comes alone and at once (vLLM's output processor), and a chat alone shows
-a frame every 40 ms at most, which a GPU's 8 tokens take about as long to make.
+0.060-0.064 at eight (3,000 users; docs/performance.md, "3,000 users on one H100"). Since
+vLLM 0.32 the app asks per request, and only in a crowd (``stream_interval``,
+app/conversation/token_batcher.py); an older vLLM ignores the field, so there the engine-wide
+flag groups every request's tokens instead. The first token still comes alone and at once
+(vLLM's output processor), and a chat alone shows a frame every 40 ms at most, about as long
+as a GPU takes to make 8 tokens of a small model.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def auto_interval(device: str, vllm_version: Optional[tuple[int, int]]) -> Inter
         return IntervalChoice(None, None)
     version = ".".join(map(str, vllm_version))
     return IntervalChoice(AUTO_INTERVAL, (
-        f"vLLM {version} groups no tokens per request (since 0.32), so it sends {AUTO_INTERVAL} "
-        f"per event after the first for every chat: a crowd's tokens cost its API servers and "
-        f"the app a {AUTO_INTERVAL}th of the events (ERNIE_STREAM_INTERVAL sets it)"))
+        f"vLLM {version} groups no tokens per request (0.32 added that), so it sends "
+        f"{AUTO_INTERVAL} per event after the first for every chat: 1/{AUTO_INTERVAL} of the "
+        f"events for its API servers and the app to handle (ERNIE_STREAM_INTERVAL sets it)"))
 
 
 def installed_vllm(python: Path | str) -> Optional[tuple[int, int]]:
