@@ -285,19 +285,20 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     compile cache instead of compiling for minutes on cores busy with the other copy."""
     login = login_cookie(stack.url)
     browsers = [page_of_worker(stack.url, i, login) for i in range(2)]
-    mark = len(stack.lines)
+    mark, began = len(stack.lines), time.monotonic()
     restart = subprocess.Popen([sys.executable, "-m", "server.cli", "restart"], cwd=ROOT,
                                env={**stack.env, "ERNIE_STREAM_INTERVAL": "2"}, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    async def user(i: int, cookies: str) -> tuple[list[tuple[bool, str]], int]:
+    async def user(i: int, cookies: str) -> tuple[list[tuple[bool, str, float]], int]:
         session, turns, moves = ChatSession(SessionRecord(i, "", "")), [], 0
         assert await asyncio.wait_for(session.open(stack.url, headers={"Cookie": cookies}), 120)
         await replies_of(session, SHORT_REPLY)
         while restart.poll() is None:
             session.next_turn(f"Chat {i}, question {len(turns)}.")
             await asyncio.wait_for(session.ask(), 600)
-            turns.append((session.record.complete, session.record.error))
+            turns.append((session.record.complete, session.record.error,
+                          round(time.monotonic() - began, 1)))
             await asyncio.sleep(3)  # the user reads; a drained worker closes the socket meanwhile
             if not session.sio.connected:
                 session, moves = await reopen(session, cookies), moves + 1
@@ -332,7 +333,10 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     for step in ("engine 0", "engine 1", "app", "app 1"):
         assert f"[restart] {step}: back in rotation" in output, output
     turns = [turn for chat_turns, _ in results for turn in chat_turns]
-    assert len(turns) >= 6 and all(complete for complete, _ in turns), turns
+    # A failure names the turns that did not complete, with their error and the seconds since
+    # the restart began, and prints the restart's steps.
+    assert len(turns) >= 6 and all(complete for complete, _, _ in turns), \
+        f"{[t for t in turns if not t[0]]} of {len(turns)} turns\n{output}"
     assert sum(moves for _, moves in results) >= 2, results  # both workers' chats moved
     supervised = "\n".join(stack.lines[mark:])
     assert "restarting in" not in supervised and "exited with code" not in supervised, supervised
