@@ -30,6 +30,9 @@ def first_reply_on(page_factory, app, name: str, message: str):
     pick(page, name)
     send(page, message)
     [reply] = finished_replies(page, 1)
+    # A saved chat's first message moves the page to /thread/<id> (docs/notes.md), which can
+    # come after the reply on a loaded machine and close a menu opened before it.
+    page.wait_for_url(re.compile(r"/thread/"), timeout=30_000)
     return page, reply
 
 

@@ -217,12 +217,24 @@ COLUMN, NAME, BODY, NOTE, FIGURES_LINE = (".compare-column", ".compare-model", "
                                           ".compare-note", ".compare-figures")
 
 
-def pick(page, name: str) -> None:
-    """Choose ``name`` in Chainlit's chat profile selector; wait for the new chat's welcome."""
+def pick(page, name: str, tries: int = 3) -> None:
+    """Choose ``name`` in Chainlit's chat profile selector; wait for the new chat's welcome.
+
+    A menu opened while the page mounts its header again (a saved chat's move to
+    /thread/<id>, docs/notes.md) closes before its option is clicked; it is opened again.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     had_messages = page.locator(USER).count() > 0
-    if not page.locator('#chat-profiles[data-state="open"]').count():
-        page.locator("#chat-profiles").click()
-    page.get_by_role("option", name=name, exact=True).click()
+    option = page.get_by_role("option", name=name, exact=True)
+    for attempt in range(tries):
+        if not page.locator('#chat-profiles[data-state="open"]').count():
+            page.locator("#chat-profiles").click()
+        try:
+            option.click(timeout=10_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
     if had_messages:  # Chainlit asks before it leaves a chat for a new one
         page.locator("#confirm").click()
     page.locator(ASSISTANT).filter(has_text=f"I am {name}").first.wait_for(timeout=60_000)
