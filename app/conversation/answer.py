@@ -156,7 +156,7 @@ async def stream_answer(conversation: Conversation, message_id: str, user_text: 
     # know (transformers serve answers HTTP 422); the seed is the OpenAI API's own.
     vllm = getattr(cl.user_session.get("server"), "kind", server_info.VLLM) == server_info.VLLM
     extra_body = sampling_extra(params, SETTINGS.ignore_eos and vllm) or {}
-    if vllm and (group := engine_piece_tokens(STREAMING, SETTINGS.stream_interval_max)) > 1:
+    if vllm and (group := engine_piece_tokens(STREAMING, SETTINGS.interval_max)) > 1:
         extra_body["stream_interval"] = group  # vLLM's tokens per piece in a crowd (token_batcher)
     if vllm:
         extra_body.update(ec.LIVE_USAGE)  # a reply cut mid-stream goes on from its count (failover)

@@ -19,6 +19,8 @@ OWN_ENGINE_KEEPALIVE_S = 60.0
 # connection (docs/notes.md, "Keep-alive race").
 OTHER_ENGINE_KEEPALIVE_S = 2.0
 KEEPALIVE_MARGIN_S = 15.0
+# Pieces of 16 tokens still come faster than a chat shows them at a GPU's crowd speed.
+STREAM_INTERVAL_MAX = 16
 
 
 def checked_chat_db(value) -> Optional[str]:
@@ -80,11 +82,12 @@ class ChatSettings(BaseModel):
     ignore_eos: bool = Field(
         False, description="QA and demos: replies always run to the max tokens (vLLM's ignore_eos)."
     )
-    stream_interval_max: int = Field(
-        16, ge=1, description="When many chats stream at once, the app lets vLLM send up to this "
+    stream_interval_max: Optional[int] = Field(
+        None, ge=1, description="When many chats stream at once, the app lets vLLM send up to this "
         "many tokens per streamed piece (its per-request stream_interval; never the first token), "
         "sized so pieces still arrive faster than the chat shows them; 1 turns it off (servers "
-        "that reject the field).",
+        "that reject the field). Unset: 16, or 1 where `up` has its vLLM group every request's "
+        "tokens itself (a GPU's vLLM older than 0.32).",
     )
     request_timeout_s: float = Field(
         60, gt=0, description="Seconds without a new token before the app gives up on a reply."
@@ -115,6 +118,12 @@ class ChatSettings(BaseModel):
     @property
     def app_url(self) -> str:
         return client_url(self.app_host, self.app_port, self.chat_tls)
+
+    @property
+    def interval_max(self) -> int:
+        """ERNIE_STREAM_INTERVAL_MAX, or its default where nothing chose (`up` chooses 1 for
+        the workers of a vLLM that groups tokens itself: server/stack/app_tier.py)."""
+        return self.stream_interval_max or STREAM_INTERVAL_MAX
 
     @property
     def app_keepalive_s(self) -> float:

@@ -81,10 +81,14 @@ class Worker:
 class AppTier:
     def __init__(self, settings: Settings, host: str, ports: tuple[int, ...], engine_url: str,
                  root: Path, log_path: Path, out: Callable[[str], None] = print,
-                 extra_env: Optional[dict[str, str]] = None):
+                 extra_env: Optional[dict[str, str]] = None, engine_groups: bool = False):
         self.settings, self.root, self.out = settings, root, out
         self.engine_url = engine_url
         self.extra_env = extra_env or {}  # where the workers write their metrics
+        # An engine that groups every request's tokens itself (an older vLLM's engine-wide
+        # interval, server/plan/stream_interval.py) would only warn, once per request in its
+        # log, at the app's per-request field: unless the user chose, the workers leave it out.
+        self.engine_groups = engine_groups
         self.workers = []
         for index, port in enumerate(ports):
             # Chainlit's CLI without nest_asyncio, whose pure-Python loop costs CPU (app/serve.py).
@@ -106,6 +110,8 @@ class AppTier:
                # Whose X-Forwarded-For uvicorn believes: this machine's (HAProxy, a local
                # proxy) and the trusted proxies'.
                "FORWARDED_ALLOW_IPS": ",".join(("127.0.0.1", "::1", *settings.proxies))}
+        if self.engine_groups and settings.stream_interval_max is None:
+            env["ERNIE_STREAM_INTERVAL_MAX"] = "1"
         if settings.users is not None:  # login, with or without saved chats
             env["CHAINLIT_AUTH_SECRET"] = auth_secret(self.root / ".cache" / "chainlit-auth-secret")
         for worker in self.workers:

@@ -32,7 +32,6 @@ from server.errors import ErnieChatError
 from server.paths import GENERATED_ENGINE_KEY, ROOT
 from server.plan import engine_copies
 from server.plan.device import resolve_device
-from server.plan.stream_interval import IntervalChoice
 from server.private_files import tighten
 from server.progress import StatusLine, run_step
 from server.settings import Settings, engine_exposed
@@ -156,7 +155,6 @@ class Stack:
             self.tiers = [EngineTier(self.settings, copies, topology.device, self.root,
                                      self.log_path, self.out)]
             self.tiers[0].prepare()
-            self.app_asks_no_interval(self.tiers[0].interval_choice)
         self.engines = self.tiers[0]
         if while_it_loads:
             while_it_loads()
@@ -167,12 +165,10 @@ class Stack:
         self.info = self.engines.info
         return self.info
 
-    def app_asks_no_interval(self, choice: Optional[IntervalChoice]) -> None:
-        """An engine that groups every request's tokens itself (an older vLLM's engine-wide
-        interval, chosen by the tier) would only warn at the app's per-request field, once per
-        request in its log: the workers, started next, leave it out unless the user chose."""
-        if choice and choice.interval and "stream_interval_max" not in self.settings.model_fields_set:
-            self.settings = self.settings.model_copy(update={"stream_interval_max": 1})
+    def engines_group(self) -> bool:
+        """Whether the engines `up` starts send every request's tokens in groups of their own
+        (the tiers chose an engine-wide interval for an older vLLM)."""
+        return any(t.interval_choice and t.interval_choice.interval for t in self.tiers)
 
     def launch_balancer(self) -> None:
         """HAProxy's process, started without waiting: it needs only the topology, so it
@@ -233,7 +229,8 @@ class Stack:
         self.metrics = MetricsEndpoint(self.settings) if self.settings.metrics_port else None
         self.apps = AppTier(self.settings, topology.worker_host, topology.worker_ports,
                             self.settings.engine_base_url, self.root, self.log_path, self.out,
-                            self.metrics.worker_env if self.metrics else None)
+                            self.metrics.worker_env if self.metrics else None,
+                            engine_groups=self.engines_group())
         for worker in self.apps.workers:
             worker.proc.start()
 

@@ -8,12 +8,13 @@ import stat
 import sys
 from pathlib import Path
 
-from server.plan.stream_interval import (AUTO_INTERVAL, IntervalChoice, auto_interval, choose,
-                                         installed_vllm, parse_version)
+from server.plan.stream_interval import AUTO_INTERVAL, auto_interval, choose, installed_vllm, parse_version
 from server.settings import load_settings
 from server.stack.engine_args import EngineCopy, engine_command
 from server.stack.engine_tier import EngineTier
-from server.stack.supervisor import Stack
+from server.stack import rolling
+from server.stack.app_tier import AppTier
+from server.stack.restart_control import settings_from, settings_values
 
 
 def test_versions_are_read_as_major_and_minor():
@@ -79,13 +80,21 @@ def test_the_engine_tier_groups_once_and_keeps_the_users_own_interval(tmp_path, 
     assert tier.grouped(own).stream_interval == 2
 
 
-def test_the_app_asks_for_no_interval_an_engine_already_groups(monkeypatch):
+def test_the_app_asks_for_no_interval_an_engine_already_groups_even_after_a_restart(tmp_path, monkeypatch):
     monkeypatch.delenv("ERNIE_STREAM_INTERVAL_MAX", raising=False)
-    stack = Stack(load_settings(), out=lambda line: None)
-    stack.app_asks_no_interval(IntervalChoice(None, None))  # vLLM 0.32+: the app asks per request
-    assert stack.settings.stream_interval_max == 16
-    stack.app_asks_no_interval(auto_interval("cuda", (0, 26)))
-    assert stack.settings.stream_interval_max == 1
-    own = Stack(load_settings(stream_interval_max=4), out=lambda line: None)
-    own.app_asks_no_interval(auto_interval("cuda", (0, 26)))
-    assert own.settings.stream_interval_max == 4
+
+    def worker_env(settings, engine_groups):
+        tier = AppTier(settings, "127.0.0.1", (8081,), "http://127.0.0.1:8000", Path("."),
+                       tmp_path / "llm.log", engine_groups=engine_groups)
+        return tier.workers[0].proc.env
+
+    up = load_settings()
+    # vLLM 0.32+: the app asks per request, up to the default.
+    assert "ERNIE_STREAM_INTERVAL_MAX" not in worker_env(up, False) and up.interval_max == 16
+    assert worker_env(up, True)["ERNIE_STREAM_INTERVAL_MAX"] == "1"  # an older vLLM groups itself
+    # `restart` sends every field's value: unset stays unset, and is no change to apply.
+    restart = settings_from(settings_values(up))
+    assert rolling.changed(up, restart) == []
+    assert worker_env(restart, True)["ERNIE_STREAM_INTERVAL_MAX"] == "1"
+    own = load_settings(stream_interval_max=4)
+    assert worker_env(own, True)["ERNIE_STREAM_INTERVAL_MAX"] == "4" and own.interval_max == 4
