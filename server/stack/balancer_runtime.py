@@ -46,17 +46,28 @@ def set_state_commands(front: str, index: int, state: str) -> list[str]:
     return [f"set server {backend}/{name} state {state}" for name in server_names(front, index)]
 
 
-def sessions_of(stat_csv: str, front: str, index: int) -> int:
-    """Streams a server carries now (``scur``), from `show stat`'s CSV, summed over the
-    server and its twin of last resort."""
+def rows_of(stat_csv: str, front: str, index: int) -> dict[str, dict]:
+    """`show stat`'s CSV rows of a server and of its twin of last resort, by server name."""
     text = stat_csv.lstrip("# ")
     wanted = {(backend_name(front), name) for name in server_names(front, index)}
-    rows = [row for row in csv.DictReader(text.splitlines())
-            if (row.get("pxname"), row.get("svname")) in wanted]
+    rows = {row["svname"]: row for row in csv.DictReader(text.splitlines())
+            if (row.get("pxname"), row.get("svname")) in wanted}
     if not rows:
         raise RuntimeApiError(f"HAProxy's statistics have no server {front}{index} in "
                               f"{backend_name(front)}")
-    return sum(int(row["scur"] or 0) for row in rows)
+    return rows
+
+
+def sessions_of(stat_csv: str, front: str, index: int) -> int:
+    """Streams a server carries now (``scur``), summed over the server and its twin."""
+    return sum(int(row["scur"] or 0) for row in rows_of(stat_csv, front, index).values())
+
+
+def status_of(stat_csv: str, front: str, index: int) -> str:
+    """The checked server's ``status`` as its checks and the admin state make it: UP, DOWN,
+    DRAIN, MAINT, or a move between two ("DOWN 1/2")."""
+    row = rows_of(stat_csv, front, index).get(server_names(front, index)[0])
+    return row["status"] if row else "absent"
 
 
 def send(socket_path: Path, command: str, timeout_s: float = 5.0) -> str:
@@ -85,3 +96,7 @@ def set_state(socket_path: Path, front: str, index: int, state: str) -> None:
 
 def sessions(socket_path: Path, front: str, index: int) -> int:
     return sessions_of(send(socket_path, "show stat"), front, index)
+
+
+def status(socket_path: Path, front: str, index: int) -> str:
+    return status_of(send(socket_path, "show stat"), front, index)

@@ -22,6 +22,9 @@ from server.stack.engine_tier import EngineTier
 from server.stack.running import RunningStack
 from server.stack.topology import Topology
 
+# HAProxy checks every second and needs one pass (balancer.CHECK) to see a started process up.
+UP_TIMEOUT_S = 15
+
 # ``stack`` below is server.stack.supervisor's Stack, seen as the ``RunningStack`` of
 # server/stack/running.py (the supervisor imports this module).
 
@@ -157,7 +160,12 @@ def restart_one(stack: RunningStack, step: rolling.Step, commands: list[EngineCo
         # out, and the watch loop's restart of it needs no drain to undo.
         balancer_runtime.set_state(socket, step.tier, step.index, "ready")
         stack.holds.release(label)
-    say(f"[restart] {label}: back in rotation")
+    # HAProxy sends it requests only after its next check passes: until then the next step's
+    # drain would leave only the servers of last resort.
+    up = rolling.wait_for(lambda: balancer_runtime.status(socket, step.tier, step.index) == "UP",
+                          UP_TIMEOUT_S)
+    say(f"[restart] {label}: back in rotation" + ("" if up else
+        f" (HAProxy did not see it up within {UP_TIMEOUT_S} s; going on)"))
 
 
 def worker_left(worker: Worker) -> int:

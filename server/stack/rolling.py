@@ -113,6 +113,16 @@ def plan(copies: list[str], workers: list[str]) -> list[Step]:
             + [Step("chat", i, label) for i, label in enumerate(workers)])
 
 
+def wait_for(condition: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout_s`` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
+    return True
+
+
 def wait_drained(count: Callable[[], int], timeout_s: float, say: Callable[[str], None],
                  label: str, every_s: float = 0.5) -> bool:
     """Poll ``count`` (what still runs) until 0 or ``timeout_s``; say what is left now and then."""

@@ -331,7 +331,7 @@ def test_a_rolling_restart_under_load_fails_no_message_and_applies_the_new_setti
     assert restart.returncode == 0, output
     assert "[restart] changed: ERNIE_STREAM_INTERVAL" in output and "[restart] done" in output, output
     for step in ("engine 0", "engine 1", "app", "app 1"):
-        assert f"[restart] {step}: back in rotation" in output, output
+        assert f"[restart] {step}: back in rotation\n" in output, output  # HAProxy saw it UP
     turns = [turn for chat_turns, _ in results for turn in chat_turns]
     # A failure names the turns that did not complete, with their error and the seconds since
     # the restart began, and prints the restart's steps.

@@ -86,6 +86,24 @@ def test_sessions_are_read_from_show_stat():
         balancer_runtime.sessions_of(csv, "engine", 5)
 
 
+def test_a_servers_status_is_read_from_show_stat():
+    csv = ("# pxname,svname,scur,status\n"
+           "engine_servers,engine0,0,UP\n"
+           "engine_servers,engine0-last-resort,0,no check\n"
+           "engine_servers,engine1,0,DOWN 1/2\n"
+           "engine_servers,engine1-last-resort,0,no check\n")
+    assert balancer_runtime.status_of(csv, "engine", 0) == "UP"
+    assert balancer_runtime.status_of(csv, "engine", 1) == "DOWN 1/2"
+    with pytest.raises(balancer_runtime.RuntimeApiError):
+        balancer_runtime.status_of(csv, "chat", 0)
+
+
+def test_wait_for_holds_or_gives_up_at_its_bound():
+    answers = iter([False, False, True])
+    assert rolling.wait_for(lambda: next(answers), 10, every_s=0)
+    assert not rolling.wait_for(lambda: False, 0.05, every_s=0.01)
+
+
 def test_wait_drained_stops_at_zero_or_at_its_bound():
     left, said = iter([2, 1, 0]), []
     assert rolling.wait_drained(lambda: next(left), 10, said.append, "engine 0", every_s=0)
