@@ -1,4 +1,4 @@
-"""`tune`: real sweeps on CPU, one point of two engine copies behind HAProxy."""
+"""`tune`: real sweeps on CPU; one point of two engine copies behind HAProxy, run by users."""
 
 from __future__ import annotations
 
@@ -62,17 +62,29 @@ def test_real_sweep_on_cpu_repeats_each_point_and_resumes_after_its_time_limit(d
     assert again["chosen"] == 1 and [p["runs"] for p in again["points"]] == [p["runs"] for p in points]
 
 
-def test_a_point_with_two_engine_copies_runs_them_behind_haproxy(demo_model, engine_python, tmp_path):
-    """engine_copies is swept as `up` runs it: two vLLMs, HAProxy in front, both serving."""
+def test_a_point_with_two_engine_copies_runs_them_behind_haproxy_under_users(demo_model, engine_python,
+                                                                              tmp_path, capsys):
+    """engine_copies is swept as `up` runs it: two vLLMs, HAProxy in front, both serving; each
+    run a steady state of chat users, judged by the users objective (one no CPU vLLM misses)."""
     out = tmp_path / "tune"
     argv = ["tune", "--model", str(demo_model), "--engine-python", str(engine_python), "--device",
             "cpu", "--engine-args=--enforce-eager", "--kv-cache-gib", "0.25", "--max-model-len", "512",
-            "--need-max-model-len", "512", "--vary", "engine_copies=2", "--concurrency", "4", "--num-prompts", "8", "--input-len",
-            "32", "--output-len", "16", "--repeats", "1", "--point-timeout-s", "600", "--out", str(out)]
+            "--need-max-model-len", "512", "--vary", "engine_copies=2", "--users", "4", "--think-s", "0.5",
+            "--ramp-s", "1", "--step-s", "5", "--objective-ttft-p99-ms", "60000",
+            "--objective-tokens-per-s", "0.1", "--output-len", "16", "--repeats", "2",
+            "--point-timeout-s", "600", "--out", str(out)]
     assert cli.main(argv) == 0
-    point = json.loads((out / "tune.json").read_text())["points"][0]
-    assert point["status"] == "measured" and point["runs"][0]["completed"] == 8, point
-    # Both copies served requests of the run: HAProxy spread them.
+    result = json.loads((out / "tune.json").read_text())
+    point = result["points"][0]
+    assert point["status"] == "measured" and point["missed"] == ["", ""], point
+    for n, run in enumerate(point["runs"], 1):
+        # Only the steady state's replies count: the users sent some during their ramp too.
+        steady = json.loads((out / "point-01" / f"run-{n}" / "summary.json").read_text())
+        assert run["requests"] == steady["summary"]["steady"]["replies"] > 0 and run["goodput"] > 0, run
+        assert steady["cpu"]["busy_cores"], steady["cpu"]  # the machine's CPU by kind of process
+    assert result["chosen"] == 0 and result["chosen_env"]["ERNIE_ENGINE_COPIES"] == "2"
+    assert "2 run(s) of 4 users (think 0.5 s, ramp 1 s, steady 5 s)" in capsys.readouterr().out
+    # Both copies served requests of the runs: HAProxy spread them.
     for log in ("point-01-engine.log", "point-01-engine-copy1.log"):
         text = (out / log).read_text()
         assert "POST /v1/chat/completions" in text or "POST /v1/completions" in text, log

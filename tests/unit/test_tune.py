@@ -7,21 +7,13 @@ import pytest
 
 from server import cli, env_file
 from server.loadtest.lib import plots
-from server.loadtest.lib.stats import LevelSummary
 from server.loadtest.sweep import choice as tune_choice
 from server.loadtest.sweep import points as tune_points
 from server.loadtest.sweep import results as tune_results
 from server.loadtest.sweep import stats as tune_stats
 from server.loadtest.sweep.choice import Outcome, Point, TuneError
 from server.settings import load_settings
-
-
-def summary(goodput: float, ttft_ms: float = 40.0) -> LevelSummary:
-    return LevelSummary.from_dict({
-        "requests": 10, "completed": 10, "failed": 0, "duration_s": 1.0, "total_prompt_tokens": 0,
-        "total_output_tokens": 0, "goodput": goodput, "output_throughput": goodput * 100,
-        "request_throughput": goodput, "total_token_throughput": goodput * 100,
-        "slo": {"ttft_ms": 500}, "ttft_ms": {"median": ttft_ms}, "tpot_ms": {"median": 8.0}})
+from tests.support.tune_runs import summary
 
 
 def measured(max_model_len, *goodputs, memory=0.9, served=None, status="measured", **values) -> Outcome:

@@ -85,9 +85,10 @@ def plot_tune(points: list[dict], panels: list[tuple[str, str]], need: int, path
     """One panel per (figure key, heading) of ``panels``: each point's mean as a bar with its
     standard deviation as an error bar and every run as a dot; the chosen point green, ones
     that cannot serve the need grey. A point gives its ``runs`` and their ``spread`` (n, mean,
-    sd) per figure key; ``shared``: what every point has (their labels leave it out)."""
-    colors = {"chosen": "tab:green", "eligible": "tab:blue", "too short": "tab:gray",
-              "failed": "tab:red", "not run": "lightgray"}
+    sd) per figure key; ``shared``: what every point has (their labels leave it out); one that
+    missed tune's users objective orange."""
+    colors = {"chosen": "tab:green", "eligible": "tab:blue", "missed the objective": "tab:orange",
+              "too short": "tab:gray", "failed": "tab:red", "not run": "lightgray"}
     panel_width = max(3.0, 1.2 * len(points) + 0.8)
     fig, axes = plt.subplots(1, len(panels), squeeze=False,
                              figsize=(panel_width * len(panels) + 1.5, 5))

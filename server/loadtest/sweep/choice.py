@@ -2,7 +2,8 @@
 
 A point is one engine setting (settings overrides); an outcome is what happened when
 tune ran it: its start and its repeated runs.  The choice is the best mean goodput
-among the measured points that serve the longest request the user needs; a point
+among the measured points that serve the longest request the user needs (with
+``tune --users``: and kept every run within the users objective); a point
 whose goodput differs from the best only by noise (tune_stats.verdict) is a tie, and a
 tie goes to the cheaper point: less memory, then fewer processes, then the earlier one.
 """
@@ -96,6 +97,18 @@ class Outcome:
     kv_memory_gib: Optional[float] = None
     kv_concurrency: Optional[float] = None
     runs: list[LevelSummary] = field(default_factory=list)  # one per repeat
+    # tune --users: why each run missed the users objective, '' where it was within it
+    missed: list[str] = field(default_factory=list)
+
+    @property
+    def misses(self) -> list[str]:
+        """Why each run that missed the users objective missed it."""
+        return [why for why in self.missed if why]
+
+    @property
+    def within_objective(self) -> bool:
+        """Every run within the users objective (a bench sweep has none to miss)."""
+        return not self.misses
 
     @property
     def spreads(self) -> dict[str, Spread]:
@@ -136,15 +149,27 @@ def serving(outcomes: list[Outcome], need: int) -> list[Outcome]:
             and (o.served_max_model_len or 0) >= need]
 
 
+def eligible(outcomes: list[Outcome], need: int) -> list[Outcome]:
+    """The points the choice may take: they serve ``need`` and kept the users objective."""
+    return [o for o in serving(outcomes, need) if o.within_objective]
+
+
 def choose(outcomes: list[Outcome], need: int) -> Outcome:
-    """The best goodput among measured points that serve ``need`` tokens per request.
+    """The best goodput among measured points that serve ``need`` tokens per request (and
+    kept the users objective in every run, where the sweep has one).
 
     The points whose goodput is noise against the best's (tune_stats.verdict) are a tie;
     of those the cheapest wins, as it leaves the most for everything else, then the
     higher mean, then the earlier point.
     """
-    eligible = serving(outcomes, need)
-    if not eligible:
+    candidates, long_enough = eligible(outcomes, need), serving(outcomes, need)
+    if not candidates and long_enough:
+        closest = min(long_enough, key=lambda o: len(o.misses))
+        raise TuneError(f"No point kept every run within the users objective; the closest, "
+                        f"{closest.point.label()}, missed it in {len(closest.misses)} of "
+                        f"{len(closest.missed)} runs ({closest.misses[0]}). Fewer --users, or more of what the "
+                        "sweep varies (engine_copies, api_servers, stream_interval).")
+    if not candidates:
         measured = [o for o in outcomes if o.status == "measured"]
         longest = max((o.served_max_model_len or 0 for o in measured), default=0)
         why = (f"the longest max-model-len measured is {longest}" if measured
@@ -152,8 +177,8 @@ def choose(outcomes: list[Outcome], need: int) -> Outcome:
         raise TuneError(f"No point serves the {need}-token requests you need: {why}. Add a "
                         f"--max-model-len of at least {need} to the sweep (with enough KV memory "
                         "for it), or lower --need-max-model-len.")
-    best = max(eligible, key=lambda o: o.goodput.mean)
-    tied = [(i, o) for i, o in enumerate(eligible)
+    best = max(candidates, key=lambda o: o.goodput.mean)
+    tied = [(i, o) for i, o in enumerate(candidates)
             if o is best or verdict(best.goodput, o.goodput) == NOISE]
     cost = lambda o: tuple(-c for c in o.point.cost)
     return max(tied, key=lambda pair: (cost(pair[1]), pair[1].goodput.mean, -pair[0]))[1]
@@ -177,13 +202,13 @@ def explain(chosen: Outcome, outcomes: list[Outcome], need: int, need_source: st
     s, spreads = chosen.runs[0], chosen.spreads
     fig = {f.key: f for f in FIGURES}
     shown = lambda key: f"{spreads[key].render(fig[key].digits)} {fig[key].unit}" if key in spreads else "-"
-    eligible = serving(outcomes, need)
+    candidates, long_enough = eligible(outcomes, need), serving(outcomes, need)
     text = (f"Chosen: {chosen.point.label()}. It served the {need}-token requests you need "
             f"({need_source}) with goodput {shown('goodput')} under {s.slo.describe()}, over "
             f"{chosen.goodput.n} run(s) (output {shown('output_throughput')}, TTFT p50 "
             f"{shown('ttft_p50_ms')}, TPOT p50 {shown('tpot_p50_ms')})")
-    better = [o for o in eligible if o.goodput.mean > chosen.goodput.mean]
-    others = sorted((o for o in eligible if o is not chosen), key=lambda o: -o.goodput.mean)
+    better = [o for o in candidates if o.goodput.mean > chosen.goodput.mean]
+    others = sorted((o for o in candidates if o is not chosen), key=lambda o: -o.goodput.mean)
     if better:
         top = max(better, key=lambda o: o.goodput.mean)
         text += (f". {top.point.label()} had a higher mean goodput ({top.goodput.mean:.2f}), but "
@@ -195,11 +220,15 @@ def explain(chosen: Outcome, outcomes: list[Outcome], need: int, need_source: st
         text += (f"; {gap:.0f}% above the next best, {runner.point.label()}: "
                  f"{compared(chosen, runner)}")
     text += "."
-    short = [o for o in outcomes if o.status == "measured" and all(o is not e for e in eligible)]
+    short = [o for o in outcomes if o.status == "measured" and all(o is not e for e in long_enough)]
+    missed = [o for o in long_enough if not o.within_objective]
     failed = [o for o in outcomes if o.status == "failed"]
     if short:
         text += (f" {len(short)} point(s) were measured but cannot serve {need} tokens per request "
                  "and were not eligible.")
+    if missed:
+        text += f" {len(missed)} point(s) missed the users objective in a run: " + "; ".join(
+            f"{o.point.label()}: {o.misses[0]}" for o in missed) + "."
     if failed:
         text += f" {len(failed)} point(s) failed: " + "; ".join(
             f"{o.point.label()}: {o.reason}" for o in failed) + "."
@@ -227,6 +256,8 @@ def render_table(outcomes: list[Outcome], chosen: Optional[Outcome] = None) -> s
         versus = ("chosen" if o is chosen else verdict(chosen.goodput, o.goodput)
                   if chosen is not None and o.goodput and chosen.goodput else "")
         state = "" if o.status == "measured" else f"{o.status}{': ' + o.reason[:120] if o.reason else ''}"
+        if o.status == "measured" and not o.within_objective:
+            versus = f"missed the objective in {len(o.misses)}/{len(o.missed)} runs: {o.misses[0]}"
         lines.append(
             f"{i:>2}  {o.point.label():<{width}}{num(o.startup_s, '.0f'):>8}{num(o.kv_tokens, ','):>11}"
             f"{len(o.runs):>5}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells[id(o)], widths))
@@ -245,7 +276,9 @@ def plot_rows(outcomes: list[Outcome], chosen: Optional[Outcome], need: int) -> 
             return "chosen"
         if o.status != "measured":
             return "failed" if o.status == "failed" else "not run"
-        return "eligible" if (o.served_max_model_len or 0) >= need else "too short"
+        if (o.served_max_model_len or 0) < need:
+            return "too short"
+        return "eligible" if o.within_objective else "missed the objective"
     shared = shared_values(outcomes)
     def short(point: Point) -> str:
         """A named point's name (the table has its settings); else the label without what

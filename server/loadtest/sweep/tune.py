@@ -11,6 +11,8 @@ none), and stops it.  Each figure is then a spread over the runs, and a differen
 between points is a finding only when their ranges of runs do not overlap
 (``stats``); the choice is the best goodput among those that serve the longest
 request the user needs, a tie (noise) going to the cheaper point (``choice``).
+With ``--users N`` each run is instead a steady state of N chat users and the choice
+takes only points that kept every run within the users objective (``users_runs``).
 
 Memory is ``--utilization`` on a GPU and ``--kv-cache-gib`` on a CPU, where
 utilization does not size anything (engine_args).  Each engine is stopped when its
@@ -32,9 +34,10 @@ from pathlib import Path
 from typing import Optional
 
 from server import env_file
+from server.errors import LoadTestError
 from server.loadtest.bench import report
 from server.loadtest.bench.run import run_bench
-from server.loadtest.lib.config import BenchConfig, BenchError, Load
+from server.loadtest.lib.config import BenchConfig, Load
 from server.loadtest.lib.load_args import add_load_arguments, config_from_args, int_list, results_folder
 from server.loadtest.sweep import results as tune_results
 from server.loadtest.sweep.choice import Outcome, TuneError, choose, explain, render_table
@@ -54,6 +57,8 @@ from server.loadtest.sweep.points import (
     pairs,
     with_overrides,
 )
+from server.loadtest.sweep.users_runs import UsersLoad, run_users
+from server.loadtest.users.capacity import Objective
 from server.paths import ROOT
 from server.plan import kv_planner as kp
 from server.plan.device import resolve_device
@@ -84,6 +89,7 @@ class Sweep:
     deadline: float  # time.monotonic() at which the whole sweep stops
     repeats: int = 3
     settle: int = 0  # requests of the unmeasured round before the runs
+    users: Optional[UsersLoad] = None  # each run a steady state of chat users, not the bench load
     start_engine: StartEngine = start_vllm
     outcomes: list[Outcome] = field(default_factory=list)
 
@@ -92,6 +98,7 @@ class Sweep:
         return {"model": self.model, "device": self.device, "engine_python": str(self.python),
                 "engine_args": self.engine_args, "load": self.load.as_dict(),
                 "repeats": self.repeats, "settle_requests": self.settle,
+                "users": self.users.as_dict() if self.users else None,
                 "labels": [o.point.label() for o in self.outcomes]}
 
 
@@ -104,7 +111,7 @@ def point_settings(sweep_: Sweep, outcome: Outcome) -> Settings:
 def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
     """Start the engine for ``outcome.point``, measure it, stop it; fills ``outcome``."""
     settings = point_settings(sweep_, outcome)
-    outcome.port, outcome.runs, outcome.reason = settings.engine_port, [], ""
+    outcome.port, outcome.runs, outcome.missed, outcome.reason = settings.engine_port, [], [], ""
     deadline = min(time.monotonic() + sweep_.point_timeout_s, sweep_.deadline)
     print(f"[tune] point {n}/{len(sweep_.outcomes)}: {outcome.point.label()}")
     start = PointStart(settings, sweep_.model, sweep_.device, sweep_.python,
@@ -127,7 +134,7 @@ def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
         # A start the sweep's time limit cut short is no failure: --resume runs it again.
         cut = exc.timed_out and deadline >= sweep_.deadline
         outcome.status, outcome.reason, outcome.pid = "cut" if cut else "failed", exc.reason, exc.pid
-    except BenchError as exc:
+    except LoadTestError as exc:
         outcome.status, outcome.reason = "failed", str(exc)
 
 
@@ -147,6 +154,8 @@ def measure(n: int, sweep_: Sweep, outcome: Outcome, engine: RunningEngine, dead
         print(f"[tune] settling: {sweep_.settle} unmeasured requests")
         asyncio.run(run_bench(bounded(load.load.seed + sweep_.repeats, sweep_.settle)[0]))
     outcome.status = "measured"
+    if sweep_.users:
+        return measure_users(n, sweep_, outcome, engine, cfg, deadline)
     for r in range(sweep_.repeats):
         run, bounded_by_time = bounded(load.load.seed + r, load.load.num_prompts)
         result = asyncio.run(run_bench(run))
@@ -156,13 +165,37 @@ def measure(n: int, sweep_: Sweep, outcome: Outcome, engine: RunningEngine, dead
             outcome.status, outcome.reason = "failed", f"vLLM exited under load: {failure_reason(engine.log)}"
             return
         if summary is None or (bounded_by_time and summary.completed < load.load.num_prompts):
-            by_sweep = deadline >= sweep_.deadline  # else --point-timeout-s: a rerun would not fit either
-            outcome.status = "cut" if by_sweep else "failed"
-            outcome.reason = (f"{len(outcome.runs)} of {sweep_.repeats} runs done when the time limit "
-                              "came" + ("; --resume runs this point again" if by_sweep else
-                                        " (--point-timeout-s)"))
-            return
+            return out_of_time(sweep_, outcome, deadline)
         outcome.runs.append(summary)
+
+
+def out_of_time(sweep_: Sweep, outcome: Outcome, deadline: float) -> None:
+    """The point's runs stopped by a time limit: the sweep's (--resume runs the point again)
+    or the point's own (--point-timeout-s: a rerun would not fit either)."""
+    by_sweep = deadline >= sweep_.deadline
+    outcome.status = "cut" if by_sweep else "failed"
+    outcome.reason = (f"{len(outcome.runs)} of {sweep_.repeats} runs done when the time limit came"
+                      + ("; --resume runs this point again" if by_sweep else " (--point-timeout-s)"))
+
+
+def measure_users(n: int, sweep_: Sweep, outcome: Outcome, engine: RunningEngine, cfg: BenchConfig,
+                  deadline: float) -> None:
+    """The runs of ``tune --users``: a run starts only where its send window fits the time left
+    (the replies in flight at its end are waited for within the request timeout)."""
+    users = sweep_.users
+    for r in range(sweep_.repeats):
+        if deadline - time.monotonic() < users.run_s:
+            return out_of_time(sweep_, outcome, deadline)
+        label = f"tune {n}/{len(sweep_.outcomes)} run {r + 1}"
+        summary, missed = run_users(users, cfg, sweep_.settings.system_prompt, cfg.load.seed + r, label,
+                                    sweep_.out_dir / f"point-{n:02d}" / f"run-{r + 1}")
+        if not engine.alive():
+            outcome.status, outcome.reason = "failed", f"vLLM exited under load: {failure_reason(engine.log)}"
+            return
+        print(f"[tune] run {r + 1}: " + (f"missed the objective: {missed}" if missed else
+                                         "within the objective"))
+        outcome.runs.append(summary)
+        outcome.missed.append(missed)
 
 
 def run_sweep(sweep_: Sweep) -> None:
@@ -248,6 +281,18 @@ def add_parser(sub) -> None:
                       help="unmeasured requests before the runs (default: one round, --concurrency)")
     runs.add_argument("--resume", action="store_true",
                       help="go on with the sweep in --out: run only the points its tune.json lacks")
+    users = tune.add_argument_group(
+        "users instead of the bench load (--users): each run is a steady state of chat users "
+        "straight to the point's engine, as a step of `capacity --through engine`; the choice "
+        "takes only points whose every run kept the objective")
+    users.add_argument("--users", type=int, help="chat users of every run (e.g. 3000)")
+    users.add_argument("--think-s", type=float, default=3.0, help="mean pause after a reply (default 3)")
+    users.add_argument("--ramp-s", type=float, default=10.0, help="the users arrive over this long (default 10)")
+    users.add_argument("--step-s", type=float, default=60.0,
+                       help="seconds of steady state measured after the ramp (default 60)")
+    users.add_argument("--objective-ttft-p99-ms", type=float, default=1000.0)
+    users.add_argument("--objective-tokens-per-s", type=float, default=20.0,
+                       help="per-user decode rate that nine users in ten must see (default 20)")
     tune.add_argument("--plot-only", type=Path, metavar="TUNE.json",
                       help="print the table and draw tune.png of a saved sweep; starts nothing")
     tune.add_argument("--need-max-model-len", type=int,
@@ -272,6 +317,7 @@ def add_parser(sub) -> None:
 
 def prepare(args: argparse.Namespace, settings: Settings, device: str) -> tuple[Sweep, int, str]:
     """The sweep the arguments ask for, checked before any engine starts."""
+    users = users_load(args)
     if len(args.concurrency) != 1:
         raise TuneError("tune measures every point at one load: give one --concurrency.")
     if args.repeats < 1 or (args.settle_requests or 0) < 0:
@@ -289,14 +335,32 @@ def prepare(args: argparse.Namespace, settings: Settings, device: str) -> tuple[
     load = config_from_args(args, settings, url="http://127.0.0.1")
     out_dir = results_folder(args.out, "tune-")
     out_dir.mkdir(parents=True, exist_ok=True)
-    settle = args.concurrency[0] if args.settle_requests is None else args.settle_requests
+    # The users' own ramp is unmeasured: it pays what a first round would.
+    settle = args.settle_requests if args.settle_requests is not None else 0 if users else args.concurrency[0]
     sweep_ = Sweep(settings, model, device, python, args.engine_args, load, out_dir,
                    args.point_timeout_s, time.monotonic() + args.total_timeout_s, args.repeats,
-                   settle, outcomes=[Outcome(p) for p in points])
+                   settle, users, outcomes=[Outcome(p) for p in points])
     if args.resume:
         done = tune_results.take_done(out_dir, sweep_.header(), sweep_.outcomes, sweep_.repeats)
         print(f"[tune] resuming: {done} of {len(points)} point(s) already done")
     return sweep_, need, need_source
+
+
+def users_load(args: argparse.Namespace) -> Optional[UsersLoad]:
+    """--users' load, checked; the bench's own checks then count the users as its concurrency
+    (no more client processes than users)."""
+    if args.users is None:
+        return None
+    if getattr(args, "concurrency_given", False):
+        raise TuneError("--concurrency is the bench load's: with --users the users are the load.")
+    objective = Objective(args.objective_ttft_p99_ms, args.objective_tokens_per_s)
+    if objective.ttft_p99_ms <= 0 or objective.tokens_per_s < 0 or args.step_s <= 0:
+        raise TuneError("--objective-ttft-p99-ms and --step-s must be positive, "
+                        "--objective-tokens-per-s not negative.")
+    load = UsersLoad(args.users, objective, args.think_s, args.ramp_s, args.step_s, args.processes)
+    load.model(args.seed, args.request_timeout_s).check()
+    args.concurrency = (args.users,)
+    return load
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -308,12 +372,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     device = args.device or resolve_device(settings)
     try:
         sweep_, need, need_source = prepare(args, settings, device)
-    except (TuneError, BenchError, FileNotFoundError, StepFailed) as exc:
+    except (TuneError, LoadTestError, FileNotFoundError, StepFailed) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     load: Load = sweep_.load.load
+    each = sweep_.users.describe() if sweep_.users else f"{load.num_prompts} requests"
     print(f"[tune] {len(sweep_.outcomes)} point(s) on {device}, model {sweep_.model}, "
-          f"{sweep_.repeats} run(s) of {load.num_prompts} requests each; the choice must serve "
+          f"{sweep_.repeats} run(s) of {each} each; the choice must serve "
           f"{need} tokens per request ({need_source}). Results in {sweep_.out_dir}")
     previous = signal.signal(signal.SIGTERM, raise_shutdown)
     interrupted = False
@@ -328,6 +393,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         chosen = choose(sweep_.outcomes, need)
         explanation = explain(chosen, sweep_.outcomes, need, need_source)
+        if sweep_.users:
+            explanation = f"Every run: {sweep_.users.describe()}. {explanation}"
     except TuneError as exc:
         explanation = str(exc)
     print(render_table(sweep_.outcomes, chosen))

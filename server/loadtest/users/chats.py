@@ -23,6 +23,7 @@ from server.loadtest.lib.chat_socket import ChatSession, check_app
 from server.loadtest.lib.config import BenchConfig
 from server.loadtest.lib.stream import StreamConnection, StreamError
 from server.loadtest.lib.target import served_model
+from server.loadtest.users.history import DirectHistory
 
 
 @dataclass
@@ -78,28 +79,28 @@ class AppChat:
 
 
 class EngineChat:
-    """A chat sent straight to the engine's OpenAI API, with its whole history each turn.
+    """A chat sent straight to the engine's OpenAI API, with its history each turn.
 
-    Like the app it sends the system prompt, the earlier exchanges and the new
-    message with the app's sampling settings, streams the reply and asks for the usage
-    (the exact token count).
+    Like the app it sends the system prompt, the earlier exchanges that fit the model's
+    window (``history``) and the new message with the app's sampling settings, streams
+    the reply and asks for the usage (the exact token count).
     """
 
     session = None
 
     def __init__(self, base_url: str, api_key: Optional[str], model: str, system_prompt: str,
-                 sampling: dict, timeout_s: float):
+                 sampling: dict, timeout_s: float, window: Optional[int] = None):
         self.conn = StreamConnection(base_url, api_key, timeout_s)
         self.model, self.sampling = model, sampling  # max_tokens, temperature, ... as the app sends
-        self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.history = DirectHistory(system_prompt, window, sampling.get("max_tokens", 0))
 
     async def open(self) -> str:
         return ""  # nothing to open: each turn is a request of its own
 
     async def ask(self, prompt: str) -> Reply:
-        body = {"model": self.model, "messages": [*self.messages, {"role": "user", "content": prompt}],
+        body = {"model": self.model, "messages": self.history.messages(prompt),
                 **self.sampling, "stream": True, "stream_options": {"include_usage": True}}
-        reply, pieces, finished = Reply(), [], False
+        reply, pieces, finished, prompt_tokens = Reply(), [], False, None
         started = time.perf_counter()
         try:
             stream = self.conn.events("/v1/chat/completions", body)
@@ -112,7 +113,7 @@ class EngineChat:
                             pieces.append(text)
                         finished = finished or bool(choice.get("finish_reason"))
                     if usage := chunk.get("usage"):
-                        reply.tokens = usage.get("completion_tokens")
+                        reply.tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
         except (StreamError, ValueError) as exc:
             reply.error, reply.outcome = str(exc) or type(exc).__name__, "failed"
             return reply
@@ -121,8 +122,7 @@ class EngineChat:
         reply.outcome = "complete" if reply.complete else "lost"
         if not reply.complete:
             reply.error = "the stream ended without a whole reply"
-        self.messages += [{"role": "user", "content": prompt},
-                          {"role": "assistant", "content": "".join(pieces)}]
+        self.history.add(prompt, "".join(pieces), prompt_tokens, reply.tokens)
         return reply
 
     async def close(self) -> None:
@@ -180,6 +180,6 @@ async def chat_factory(target: Target, reply_timeout_s: float) -> Callable[[int,
         raise LoadTestError(f"--through must be one of {', '.join(PATHS)} (got {target.through!r}).")
     cfg = BenchConfig(url=target.url, api_key=target.api_key, api_key_from=target.api_key_from)
     async with httpx.AsyncClient(timeout=10.0) as http:
-        model, _ = await served_model(http, cfg)
+        model, window = await served_model(http, cfg)
     return lambda index, tag: EngineChat(target.url, target.api_key, model, target.system_prompt,
-                                         target.sampling(), reply_timeout_s)
+                                         target.sampling(), reply_timeout_s, window)
