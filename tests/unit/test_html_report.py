@@ -178,7 +178,9 @@ def test_the_tune_report_gives_the_point_chosen_first(tmp_path):
                         served_max_model_len=8192, runs=[run]),
                 Outcome(Point.of(max_model_len=4096, gpu_memory_utilization=0.8), status="failed",
                         reason=HOSTILE)]
-    tune_results.write(tmp_path, {"model": HOSTILE}, outcomes, {
+    users = {"users": 3000, "objective": {"ttft_p99_ms": 1000.0, "tokens_per_s": 20.0}, "think_s": 3.0,
+             "ramp_s": 10.0, "step_s": 60.0, "processes": 4}
+    tune_results.write(tmp_path, {"model": HOSTILE, "users": users}, outcomes, {
         "chosen": 0, "need_max_model_len": 8192, "need_source": "--need",
         "chosen_env": {"ERNIE_MAX_MODEL_LEN": "8192"}, "explanation": f"Chosen because {HOSTILE}"})
     saved = json.loads((tmp_path / "tune.json").read_text(encoding="utf-8"))
@@ -186,6 +188,8 @@ def test_the_tune_report_gives_the_point_chosen_first(tmp_path):
     page = check_self_contained(html)
     words = page.words
     assert words.index("Point chosen:") < words.index("Every point")
+    assert "Point chosen: len 8192, util 0.9 (ERNIE_MAX_MODEL_LEN=8192)" in words
+    assert "3000 users (think 3 s, ramp 10 s, steady 60 s) within TTFT p99 <= 1000 ms" in words
     assert "ERNIE_MAX_MODEL_LEN=8192" in words and "<script>alert" not in html
     saved["chosen"] = None
     assert 'verdict bad' in tune_results.html_report(saved, tmp_path).read_text(encoding="utf-8")

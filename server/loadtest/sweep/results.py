@@ -18,6 +18,7 @@ from typing import Optional
 from server.loadtest.lib.html_report import Report
 from server.loadtest.sweep.choice import (Outcome, TuneError, plot_panels, plot_rows, render_table,
                                           shared_label)
+from server.loadtest.sweep.users_runs import UsersLoad
 
 RESUMABLE = ("not run", "cut")  # statuses a --resume runs again
 
@@ -76,7 +77,7 @@ def html_report(saved: dict, out_dir: Path) -> Path:
     chosen = outcomes[index] if index is not None and index < len(outcomes) else None
     if chosen is not None:
         env = " ".join(f"{k}={'' if v is None else v}" for k, v in (saved.get("chosen_env") or {}).items())
-        text, ok = f"Point chosen: {chosen.point.label}" + (f" ({env})" if env else ""), True
+        text, ok = f"Point chosen: {chosen.point.label()}" + (f" ({env})" if env else ""), True
     else:
         text, ok = "No point chosen" + (f": {saved['explanation']}" if saved.get("explanation") else ""), False
     page = Report("tune: the engine's settings", text, ok, f"finished {saved.get('finished', '-')}")
@@ -84,6 +85,8 @@ def html_report(saved: dict, out_dir: Path) -> Path:
                              if key in saved] + [
         ("tokens the choice must serve", saved.get("need_max_model_len")),
         ("because", saved.get("need_source")), ("points", len(outcomes)),
+        ("every run", UsersLoad.from_dict(saved["users"]).describe() if saved.get("users") else
+         "the bench load"),
         ("command", saved.get("command_line"))])
     page.text("Why", (saved.get("explanation") or "").splitlines())
     page.pre("Every point", render_table(outcomes, chosen))

@@ -62,6 +62,10 @@ class UsersLoad:
     def as_dict(self) -> dict:
         return {**asdict(self), "objective": asdict(self.objective)}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "UsersLoad":
+        return cls(**{**data, "objective": Objective(**data["objective"])})
+
 
 def records_of(replies: list[dict], users: int) -> list[RequestRecord]:
     """The user run's replies as the bench's request records (no prompt counts: the chats'
