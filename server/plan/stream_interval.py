@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from server.settings import Settings
+
 AUTO_INTERVAL = 8
 # vLLM pull request 49754: a chat request's own stream_interval (docs/notes.md).
 PER_REQUEST_SINCE = (0, 32)
@@ -27,6 +29,12 @@ PER_REQUEST_SINCE = (0, 32)
 class IntervalChoice:
     interval: Optional[int]  # None: vLLM's own (one token per event), the app asks per request
     reason: Optional[str]  # one line for `up`, when it sets one
+
+    def applied(self, settings: Settings) -> Settings:
+        """``settings`` with this interval where ERNIE_STREAM_INTERVAL is unset."""
+        if settings.stream_interval is not None or self.interval is None:
+            return settings
+        return settings.model_copy(update={"stream_interval": self.interval})
 
 
 def parse_version(text: str) -> Optional[tuple[int, int]]:

@@ -202,8 +202,7 @@ class EngineTier:
             self.interval_choice = stream_interval.choose(self.device, self.python)
             if self.interval_choice.reason:
                 self.out(f"[{self.label}] {self.interval_choice.reason}")
-        return s if self.interval_choice.interval is None else s.model_copy(
-            update={"stream_interval": self.interval_choice.interval})
+        return self.interval_choice.applied(s)
 
     def preflight(self) -> tuple[Settings, Optional[kp.Plan]]:
         """Refuse settings that cannot work; return the settings the copies' commands are built

@@ -98,3 +98,16 @@ def test_the_app_asks_for_no_interval_an_engine_already_groups_even_after_a_rest
     assert worker_env(restart, True)["ERNIE_STREAM_INTERVAL_MAX"] == "1"
     own = load_settings(stream_interval_max=4)
     assert worker_env(own, True)["ERNIE_STREAM_INTERVAL_MAX"] == "4" and own.interval_max == 4
+
+
+def test_tune_runs_a_point_that_sets_no_interval_as_up_would(monkeypatch):
+    monkeypatch.delenv("ERNIE_STREAM_INTERVAL", raising=False)
+    from server.loadtest.lib.config import BenchConfig
+    from server.loadtest.sweep import tune
+    from server.loadtest.sweep.choice import Outcome, Point
+    sweep_ = tune.Sweep(load_settings(), "MODEL", "cuda", Path("python"), "", BenchConfig(url="http://x"),
+                        Path("."), 60, 0, interval=auto_interval("cuda", (0, 26)))
+    assert tune.point_settings(sweep_, Outcome(Point.of(max_model_len=2048))).stream_interval == 8
+    own = Outcome(Point.of(max_model_len=2048, stream_interval=1))
+    assert tune.point_settings(sweep_, own).stream_interval == 1
+    assert sweep_.header()["auto_stream_interval"] == 8

@@ -61,6 +61,7 @@ from server.loadtest.sweep.users_runs import UsersLoad, run_users
 from server.loadtest.users.capacity import Objective
 from server.paths import ROOT
 from server.plan import kv_planner as kp
+from server.plan import stream_interval
 from server.plan.device import resolve_device
 from server.plan.model_config import load_shape
 from server.progress import StepFailed
@@ -90,6 +91,8 @@ class Sweep:
     repeats: int = 3
     settle: int = 0  # requests of the unmeasured round before the runs
     users: Optional[UsersLoad] = None  # each run a steady state of chat users, not the bench load
+    # What `up` gives an engine whose point sets no stream_interval (an older GPU vLLM's 8)
+    interval: stream_interval.IntervalChoice = stream_interval.IntervalChoice(None, None)
     start_engine: StartEngine = start_vllm
     outcomes: list[Outcome] = field(default_factory=list)
 
@@ -99,13 +102,15 @@ class Sweep:
                 "engine_args": self.engine_args, "load": self.load.as_dict(),
                 "repeats": self.repeats, "settle_requests": self.settle,
                 "users": self.users.as_dict() if self.users else None,
+                "auto_stream_interval": self.interval.interval,
                 "labels": [o.point.label() for o in self.outcomes]}
 
 
 def point_settings(sweep_: Sweep, outcome: Outcome) -> Settings:
-    return with_overrides(sweep_.settings, {
+    """The point's settings as `up` would run them, on a port of its own."""
+    return sweep_.interval.applied(with_overrides(sweep_.settings, {
         **outcome.point.overrides(), "engine_host": "127.0.0.1", "engine_port": free_port(),
-        "extra_engine_args": f"{sweep_.settings.extra_engine_args} {sweep_.engine_args}".strip()})
+        "extra_engine_args": f"{sweep_.settings.extra_engine_args} {sweep_.engine_args}".strip()}))
 
 
 def run_point(n: int, sweep_: Sweep, outcome: Outcome) -> None:
@@ -339,7 +344,10 @@ def prepare(args: argparse.Namespace, settings: Settings, device: str) -> tuple[
     settle = args.settle_requests if args.settle_requests is not None else 0 if users else args.concurrency[0]
     sweep_ = Sweep(settings, model, device, python, args.engine_args, load, out_dir,
                    args.point_timeout_s, time.monotonic() + args.total_timeout_s, args.repeats,
-                   settle, users, outcomes=[Outcome(p) for p in points])
+                   settle, users, stream_interval.choose(device, python),
+                   outcomes=[Outcome(p) for p in points])
+    if sweep_.interval.reason:
+        print(f"[tune] {sweep_.interval.reason}; as `up`, for every point that sets no stream_interval")
     if args.resume:
         done = tune_results.take_done(out_dir, sweep_.header(), sweep_.outcomes, sweep_.repeats)
         print(f"[tune] resuming: {done} of {len(points)} point(s) already done")
